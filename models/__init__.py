@@ -1,0 +1,6 @@
+"""Pure-JAX model zoo: Qwen2/Qwen2.5, Qwen3, LLaMA-3.x decoders and a BERT encoder."""
+from models.config import ConfigError, ModelConfig, RopeScaling
+from models.decoder import (forward, forward_with_cache, hidden_states, init_cache, init_params,
+                            logits_from_hidden, param_logical_axes, param_shapes)
+from models.presets import PRESETS, get_preset
+from models.sharding import DEFAULT_RULES, Sharder, make_mesh

@@ -1,0 +1,265 @@
+"""Pure-JAX decoder (Qwen2/Qwen2.5, Qwen3, LLaMA-3.x) over an explicit params pytree.
+
+Params layout (layers stacked on a leading L axis and run with `lax.scan`):
+
+  embed            [V, D]
+  final_norm       [D]
+  lm_head          [D, V]        (absent when config.tie_embeddings)
+  layers/
+    attn_norm      [L, D]
+    wq [L, D, N, H]   wk [L, D, K, H]   wv [L, D, K, H]   wo [L, N, H, D]
+    bq [L, N, H]      bk [L, K, H]      bv [L, K, H]      (only when config.qkv_bias)
+    q_norm [L, H]     k_norm [L, H]                       (only when config.qk_norm)
+    mlp_norm       [L, D]
+    w_gate [L, D, F]  w_up [L, D, F]  w_down [L, F, D]
+
+KV cache: {"k": [L, B, S, K, H], "v": [L, B, S, K, H]}. Slot s of a row holds the token at
+position s of that row, so the row's positions are also its cache slots. A chunk of T tokens
+starting at position p is written to slots p..p+T-1; a query at position q attends to slots
+<= q. Slots past a row's current length may hold stale values from a padded prefill: they are
+never read, because a query only sees slots up to its own position and every slot below that
+was written by a real token of the row. Callers must keep p + T <= S (`dynamic_update_slice`
+would clamp and misplace the write).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from models import layers as L_
+from models.config import ModelConfig
+from models.sharding import Sharder, constrain
+
+Params = dict[str, Any]
+
+REMAT_POLICIES = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "save_attn_out": jax.checkpoint_policies.save_only_these_names("attn_out"),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Parameter shapes, logical axes and init
+# --------------------------------------------------------------------------------------------
+def param_shapes(cfg: ModelConfig) -> Params:
+  """Shapes of every parameter (a pytree of tuples)."""
+  D, F, N, K, H, V, L = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
+                         cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size, cfg.num_layers)
+  lay = {
+      "attn_norm": (L, D), "wq": (L, D, N, H), "wk": (L, D, K, H), "wv": (L, D, K, H),
+      "wo": (L, N, H, D), "mlp_norm": (L, D), "w_gate": (L, D, F), "w_up": (L, D, F),
+      "w_down": (L, F, D),
+  }
+  if cfg.qkv_bias:
+    lay.update(bq=(L, N, H), bk=(L, K, H), bv=(L, K, H))
+  if cfg.qk_norm:
+    lay.update(q_norm=(L, H), k_norm=(L, H))
+  out = {"embed": (V, D), "final_norm": (D,), "layers": lay}
+  if not cfg.tie_embeddings:
+    out["lm_head"] = (D, V)
+  return out
+
+
+_LOGICAL = {
+    "embed": ("vocab", "embed"), "final_norm": ("norm",), "lm_head": ("embed", "vocab"),
+    "attn_norm": ("layers", "norm"), "mlp_norm": ("layers", "norm"),
+    "wq": ("layers", "embed", "q_heads", "head_dim"),
+    "wk": ("layers", "embed", "kv_heads", "head_dim"),
+    "wv": ("layers", "embed", "kv_heads", "head_dim"),
+    "wo": ("layers", "q_heads", "head_dim", "embed"),
+    "bq": ("layers", "q_heads", "head_dim"), "bk": ("layers", "kv_heads", "head_dim"),
+    "bv": ("layers", "kv_heads", "head_dim"),
+    "q_norm": ("layers", "head_dim"), "k_norm": ("layers", "head_dim"),
+    "w_gate": ("layers", "embed", "mlp"), "w_up": ("layers", "embed", "mlp"),
+    "w_down": ("layers", "mlp", "embed"),
+}
+
+
+def param_logical_axes(cfg: ModelConfig) -> Params:
+  """The logical axis names of every parameter, same tree structure as the params."""
+  shapes = param_shapes(cfg)
+  out = {k: _LOGICAL[k] for k in shapes if k != "layers"}
+  out["layers"] = {k: _LOGICAL[k] for k in shapes["layers"]}
+  return out
+
+
+CACHE_LOGICAL = ("layers", "act_batch", "act_kv_len", "act_kv_heads", "head_dim")
+
+
+def init_params(cfg: ModelConfig, rng: jax.Array, dtype=jnp.float32, std: float = 0.02) -> Params:
+  """Random init (normal(std) weights, ones for norms, zeros for biases). For tests/benchmarks."""
+  shapes = param_shapes(cfg)
+  flat, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
+  keys = jax.random.split(rng, len(flat))
+  leaves = []
+  for (path, shape), key in zip(flat, keys):
+    name = jax.tree_util.keystr(path)
+    if "norm" in name:
+      leaves.append(jnp.ones(shape, dtype))
+    elif "'b" in name and name.split("'")[-2] in ("bq", "bk", "bv"):
+      leaves.append(jnp.zeros(shape, dtype))
+    else:
+      leaves.append((std * jax.random.normal(key, shape, jnp.float32)).astype(dtype))
+  return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.bfloat16) -> dict:
+  shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+
+
+# --------------------------------------------------------------------------------------------
+# Forward
+# --------------------------------------------------------------------------------------------
+def _qkv(cfg, lp, x_BTD, cos, sin, sharder):
+  h_BTD = L_.rms_norm(x_BTD, lp["attn_norm"], cfg.rms_norm_eps)
+  q = jnp.einsum("BTD,DNH->BTNH", h_BTD, lp["wq"].astype(h_BTD.dtype))
+  k = jnp.einsum("BTD,DKH->BTKH", h_BTD, lp["wk"].astype(h_BTD.dtype))
+  v = jnp.einsum("BTD,DKH->BTKH", h_BTD, lp["wv"].astype(h_BTD.dtype))
+  if cfg.qkv_bias:
+    q = q + lp["bq"].astype(q.dtype)
+    k = k + lp["bk"].astype(k.dtype)
+    v = v + lp["bv"].astype(v.dtype)
+  if cfg.qk_norm:
+    q = L_.rms_norm(q, lp["q_norm"], cfg.rms_norm_eps)
+    k = L_.rms_norm(k, lp["k_norm"], cfg.rms_norm_eps)
+  q = L_.apply_rope(q, cos, sin)
+  k = L_.apply_rope(k, cos, sin)
+  q = constrain(q, ("act_batch", "act_len", "act_heads", None), sharder)
+  k = constrain(k, ("act_batch", "act_len", "act_kv_heads", None), sharder)
+  v = constrain(v, ("act_batch", "act_len", "act_kv_heads", None), sharder)
+  return q, k, v
+
+
+def _attn_out_and_mlp(cfg, lp, x_BTD, attn_BTNH, sharder):
+  attn_BTNH = jax.ad_checkpoint.checkpoint_name(attn_BTNH, "attn_out")
+  x_BTD = x_BTD + jnp.einsum("BTNH,NHD->BTD", attn_BTNH, lp["wo"].astype(attn_BTNH.dtype))
+  x_BTD = constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
+  h_BTD = L_.rms_norm(x_BTD, lp["mlp_norm"], cfg.rms_norm_eps)
+  gate_BTF = jnp.einsum("BTD,DF->BTF", h_BTD, lp["w_gate"].astype(h_BTD.dtype))
+  up_BTF = jnp.einsum("BTD,DF->BTF", h_BTD, lp["w_up"].astype(h_BTD.dtype))
+  act_BTF = constrain(jax.nn.silu(gate_BTF) * up_BTF, ("act_batch", "act_len", "act_mlp"), sharder)
+  x_BTD = x_BTD + jnp.einsum("BTF,FD->BTD", act_BTF, lp["w_down"].astype(act_BTF.dtype))
+  return constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
+
+
+def _embed(cfg, params, tokens_BT, dtype, sharder):
+  x_BTD = jnp.take(params["embed"], tokens_BT, axis=0).astype(dtype)
+  return constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
+
+
+def _scan_layers(body, x, xs, remat: str):
+  policy = REMAT_POLICIES[remat]
+  if remat != "none":
+    body = jax.checkpoint(body, policy=policy, prevent_cse=False)
+  return jax.lax.scan(body, x, xs)
+
+
+def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
+                  positions_BT: Optional[jax.Array] = None,
+                  segment_ids_BT: Optional[jax.Array] = None,
+                  dtype=jnp.float32, remat: str = "none", attn_impl: str = "xla",
+                  sharder: Optional[Sharder] = None) -> jax.Array:
+  """Final-norm hidden states [B, T, D] of a full (no cache) forward.
+
+  positions_BT: rope positions and causal order (default 0..T-1 per row).
+  segment_ids_BT: tokens attend only within their segment; 0 marks padding (default all 1).
+    Left padding: segment 0 on the pads and positions 0.. on the real tokens. Packing: one id
+    per packed sequence, positions restarting at 0 in each.
+  attn_impl: "xla" (einsum, any mask), or "cudnn"/"auto" to use `jax.nn.dot_product_attention`
+    when no segment mask is given (flash attention on GPU).
+  """
+  B, T = tokens_BT.shape
+  if positions_BT is None:
+    positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+  inv_freq = L_.rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+  cos, sin = L_.rope_cos_sin(positions_BT, inv_freq, dtype)
+  fused = attn_impl != "xla" and segment_ids_BT is None
+  if not fused:
+    seg = jnp.ones((B, T), jnp.int32) if segment_ids_BT is None else segment_ids_BT
+    mask_BTS = ((positions_BT[:, :, None] >= positions_BT[:, None, :])
+                & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0))
+    # Causal order must also hold in index space for packed rows with restarted positions.
+    mask_BTS &= jnp.tril(jnp.ones((T, T), bool))[None]
+
+  def body(x_BTD, lp):
+    q, k, v = _qkv(cfg, lp, x_BTD, cos, sin, sharder)
+    if fused:
+      attn = L_.fused_causal_attention(q, k, v, attn_impl)
+    else:
+      attn = L_.attention(q, k, v, mask_BTS)
+    return _attn_out_and_mlp(cfg, lp, x_BTD, attn, sharder), None
+
+  x_BTD = _embed(cfg, params, tokens_BT, dtype, sharder)
+  x_BTD, _ = _scan_layers(body, x_BTD, params["layers"], remat)
+  return L_.rms_norm(x_BTD, params["final_norm"], cfg.rms_norm_eps)
+
+
+def lm_head_weight(cfg: ModelConfig, params: Params) -> jax.Array:
+  """[D, V] output projection (the transposed embedding when tied)."""
+  return params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+
+
+def logits_from_hidden(cfg: ModelConfig, params: Params, h_BTD: jax.Array,
+                       sharder: Optional[Sharder] = None) -> jax.Array:
+  w_DV = lm_head_weight(cfg, params).astype(h_BTD.dtype)
+  logits = jnp.einsum("BTD,DV->BTV", h_BTD, w_DV, preferred_element_type=jnp.float32)
+  return constrain(logits, ("act_batch", "act_len", "act_vocab"), sharder)
+
+
+def forward(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
+            positions_BT: Optional[jax.Array] = None,
+            segment_ids_BT: Optional[jax.Array] = None, dtype=jnp.float32,
+            remat: str = "none", attn_impl: str = "xla",
+            sharder: Optional[Sharder] = None) -> jax.Array:
+  """float32 logits [B, T, V]. See `hidden_states` for the optional arguments."""
+  h = hidden_states(cfg, params, tokens_BT, positions_BT=positions_BT,
+                    segment_ids_BT=segment_ids_BT, dtype=dtype, remat=remat,
+                    attn_impl=attn_impl, sharder=sharder)
+  return logits_from_hidden(cfg, params, h, sharder)
+
+
+def forward_with_cache(cfg: ModelConfig, params: Params, tokens_BT: jax.Array,
+                       start_B: jax.Array, cache: dict, *, dtype=jnp.float32,
+                       sharder: Optional[Sharder] = None,
+                       return_hidden: bool = False) -> tuple[jax.Array, dict]:
+  """Prefill or decode a chunk of T tokens per row at positions start_B[b] + 0..T-1.
+
+  Writes the chunk's K/V into the cache at those slots and attends to slots <= position.
+  Returns (float32 logits [B, T, V] (or hidden [B, T, D] if return_hidden), new cache).
+  Works for prefill (T = prompt length, start 0), single-step decode (T = 1) and appending an
+  observation chunk to a running sequence (T = chunk length, start = current length).
+  """
+  B, T = tokens_BT.shape
+  S = cache["k"].shape[2]
+  positions_BT = start_B[:, None].astype(jnp.int32) + jnp.arange(T, dtype=jnp.int32)[None]
+  inv_freq = L_.rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+  cos, sin = L_.rope_cos_sin(positions_BT, inv_freq, dtype)
+  mask_BTS = jnp.arange(S, dtype=jnp.int32)[None, None, :] <= positions_BT[:, :, None]
+  write = jax.vmap(lambda c_SKH, x_TKH, s: jax.lax.dynamic_update_slice(c_SKH, x_TKH, (s, 0, 0)))
+
+  def body(x_BTD, inputs):
+    lp, k_cache, v_cache = inputs
+    q, k, v = _qkv(cfg, lp, x_BTD, cos, sin, sharder)
+    k_cache = write(k_cache, k.astype(k_cache.dtype), start_B)
+    v_cache = write(v_cache, v.astype(v_cache.dtype), start_B)
+    k_cache = constrain(k_cache, CACHE_LOGICAL[1:], sharder)
+    v_cache = constrain(v_cache, CACHE_LOGICAL[1:], sharder)
+    attn = L_.attention(q, k_cache.astype(q.dtype), v_cache.astype(q.dtype), mask_BTS)
+    return _attn_out_and_mlp(cfg, lp, x_BTD, attn, sharder), (k_cache, v_cache)
+
+  x_BTD = _embed(cfg, params, tokens_BT, dtype, sharder)
+  x_BTD, (k_new, v_new) = jax.lax.scan(body, x_BTD, (params["layers"], cache["k"], cache["v"]))
+  h = L_.rms_norm(x_BTD, params["final_norm"], cfg.rms_norm_eps)
+  out = h if return_hidden else logits_from_hidden(cfg, params, h, sharder)
+  return out, {"k": k_new, "v": v_new}
+
+
+@functools.partial(jax.jit, static_argnums=(0,), static_argnames=("dtype",))
+def forward_jit(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, dtype=jnp.float32):
+  return forward(cfg, params, tokens_BT, dtype=dtype)

@@ -1,0 +1,5 @@
+import sys
+
+from ssp_jax.cli import main
+
+sys.exit(main())
