@@ -86,7 +86,10 @@ class ModelConfig:
     n = hf["num_attention_heads"]
     head_dim = hf.get("head_dim") or hf["hidden_size"] // n
     scaling = None
-    rs = hf.get("rope_scaling")
+    # transformers < 5 writes `rope_theta` + `rope_scaling`; >= 5 nests both in `rope_parameters`.
+    rope_params = hf.get("rope_parameters") or {}
+    rs = hf.get("rope_scaling") or (rope_params if rope_params.get("rope_type") not in
+                                    (None, "default") else None)
     if rs:
       kind = rs.get("rope_type", rs.get("type"))
       if kind == "llama3":
@@ -97,9 +100,7 @@ class ModelConfig:
             original_max_position_embeddings=int(rs.get("original_max_position_embeddings", 8192)))
       elif kind not in (None, "default"):
         raise ConfigError(f"rope_scaling type {kind!r} is not supported (only 'llama3')")
-    rope_theta = hf.get("rope_theta")
-    if rope_theta is None:  # transformers >= 5 nests it under rope_parameters
-      rope_theta = (hf.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    rope_theta = hf.get("rope_theta", rope_params.get("rope_theta", 10000.0))
     if model_type == "qwen2":
       qkv_bias = True
     elif model_type == "llama":

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from models import layers as L_
 from models.config import ModelConfig
@@ -137,7 +138,7 @@ def _qkv(cfg, lp, x_BTD, cos, sin, sharder):
 
 
 def _attn_out_and_mlp(cfg, lp, x_BTD, attn_BTNH, sharder):
-  attn_BTNH = jax.ad_checkpoint.checkpoint_name(attn_BTNH, "attn_out")
+  attn_BTNH = checkpoint_name(attn_BTNH, "attn_out")
   x_BTD = x_BTD + jnp.einsum("BTNH,NHD->BTD", attn_BTNH, lp["wo"].astype(attn_BTNH.dtype))
   x_BTD = constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
   h_BTD = L_.rms_norm(x_BTD, lp["mlp_norm"], cfg.rms_norm_eps)
