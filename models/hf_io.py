@@ -1,0 +1,365 @@
+"""Hugging Face safetensors checkpoints <-> our params pytree (see `models/decoder.py`).
+
+One declarative table maps every HF tensor name to (our param path, transform). A transform
+says how an HF tensor is viewed as ours: `ours = hf.reshape(view).transpose(perm)`, where the
+view splits HF dims into groups (e.g. q_proj [N*H, D] -> view [N, H, D] -> ours [D, N, H]).
+The same table drives loading (any slice of any param, read straight from the file), saving
+(the inverse) and the GGUF loader (GGUF tensors have HF layouts once dequantized).
+
+Loading with a mesh builds every param with `jax.make_array_from_callback`: each device's
+callback reads only its own slice from the safetensors file (layer by layer), so no device
+ever holds the whole model and the host holds at most one shard at a time.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax.sharding import Mesh, SingleDeviceSharding
+
+from models.config import ModelConfig
+from models.decoder import Params, param_logical_axes, param_shapes
+from models.sharding import Sharder, check_divisible
+
+
+class CheckpointError(ValueError):
+  """A checkpoint whose tensors do not match the config, with the tensor named."""
+
+
+# --------------------------------------------------------------------------------------------
+# The mapping table
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Transform:
+  """ours = hf.reshape(view).transpose(perm); `groups[i]` lists the view dims of HF dim i."""
+  perm: tuple[int, ...]
+  groups: tuple[tuple[int, ...], ...]
+
+  def view_shape(self, ours: Sequence[int]) -> tuple[int, ...]:
+    view = [0] * len(ours)
+    for j, p in enumerate(self.perm):
+      view[p] = ours[j]
+    return tuple(view)
+
+  def hf_shape(self, ours: Sequence[int]) -> tuple[int, ...]:
+    view = self.view_shape(ours)
+    return tuple(int(np.prod([view[d] for d in g])) for g in self.groups)
+
+
+COPY1 = Transform((0,), ((0,),))
+COPY2 = Transform((0, 1), ((0,), (1,)))
+TRANSPOSE = Transform((1, 0), ((0,), (1,)))                 # [out, in] -> [in, out]
+IN_PROJ = Transform((2, 0, 1), ((0, 1), (2,)))              # [N*H, D] -> [D, N, H]
+OUT_PROJ = Transform((1, 2, 0), ((0,), (1, 2)))             # [D, N*H] -> [N, H, D]
+HEAD_BIAS = Transform((0, 1), ((0, 1),))                    # [N*H] -> [N, H]
+
+_L = "model.layers.{i}."
+# HF name -> (our path, transform). "{i}" marks a per-layer tensor (stacked on our L axis).
+HF_TABLE: tuple[tuple[str, str, Transform], ...] = (
+    ("model.embed_tokens.weight", "embed", COPY2),
+    ("model.norm.weight", "final_norm", COPY1),
+    ("lm_head.weight", "lm_head", TRANSPOSE),
+    (_L + "input_layernorm.weight", "layers/attn_norm", COPY1),
+    (_L + "self_attn.q_proj.weight", "layers/wq", IN_PROJ),
+    (_L + "self_attn.k_proj.weight", "layers/wk", IN_PROJ),
+    (_L + "self_attn.v_proj.weight", "layers/wv", IN_PROJ),
+    (_L + "self_attn.o_proj.weight", "layers/wo", OUT_PROJ),
+    (_L + "self_attn.q_proj.bias", "layers/bq", HEAD_BIAS),
+    (_L + "self_attn.k_proj.bias", "layers/bk", HEAD_BIAS),
+    (_L + "self_attn.v_proj.bias", "layers/bv", HEAD_BIAS),
+    (_L + "self_attn.q_norm.weight", "layers/q_norm", COPY1),
+    (_L + "self_attn.k_norm.weight", "layers/k_norm", COPY1),
+    (_L + "post_attention_layernorm.weight", "layers/mlp_norm", COPY1),
+    (_L + "mlp.gate_proj.weight", "layers/w_gate", TRANSPOSE),
+    (_L + "mlp.up_proj.weight", "layers/w_up", TRANSPOSE),
+    (_L + "mlp.down_proj.weight", "layers/w_down", TRANSPOSE),
+)
+# Tensors some checkpoints carry that we may skip: the rotary cache of old exports.
+_IGNORABLE = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
+
+
+def _get(tree: dict, path: str) -> Any:
+  for part in path.split("/"):
+    tree = tree[part]
+  return tree
+
+
+def _set(tree: dict, path: str, value: Any) -> None:
+  *head, last = path.split("/")
+  for part in head:
+    tree = tree.setdefault(part, {})
+  tree[last] = value
+
+
+def mapping(cfg: ModelConfig) -> dict[str, tuple[str, Transform, tuple[int, ...]]]:
+  """Every param path this config has -> (HF name template, transform, shape of one layer)."""
+  shapes = param_shapes(cfg)
+  out = {}
+  for hf_name, path, tr in HF_TABLE:
+    try:
+      shape = _get(shapes, path)
+    except KeyError:
+      continue  # e.g. no lm_head when tied, no biases without qkv_bias
+    out[path] = (hf_name, tr, tuple(shape[1:]) if "{i}" in hf_name else tuple(shape))
+  return out
+
+
+def expected_hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+  """HF tensor name -> HF shape, for every tensor a checkpoint of `cfg` must hold."""
+  out = {}
+  for hf_name, tr, shape in mapping(cfg).values():
+    layers = range(cfg.num_layers) if "{i}" in hf_name else [None]
+    for i in layers:
+      out[hf_name.format(i=i)] = tr.hf_shape(shape)
+  return out
+
+
+# --------------------------------------------------------------------------------------------
+# Tensor sources: safetensors files (sliced reads) or an in-memory / lazy dict (GGUF)
+# --------------------------------------------------------------------------------------------
+class SafetensorsSource:
+  """Reads slices of named tensors from one or many safetensors files (lazily opened)."""
+
+  def __init__(self, path: str):
+    from safetensors import safe_open
+    self._stack = contextlib.ExitStack()
+    self._files: dict[str, Any] = {}
+    self._open = lambda f: self._stack.enter_context(safe_open(f, framework="numpy"))
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+      with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+      self._where = {k: os.path.join(path, v) for k, v in weight_map.items()}
+    else:
+      files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+      if not files:
+        raise CheckpointError(f"{path!r} has no *.safetensors files (nor an index); "
+                              "pass a Hugging Face checkpoint directory")
+      self._where = {}
+      for name in files:
+        full = os.path.join(path, name)
+        self._where.update({k: full for k in self._handle(full).keys()})
+
+  def _handle(self, file: str):
+    if file not in self._files:
+      self._files[file] = self._open(file)
+    return self._files[file]
+
+  def keys(self) -> Iterable[str]:
+    return self._where.keys()
+
+  def shape(self, key: str) -> tuple[int, ...]:
+    return tuple(self._handle(self._where[key]).get_slice(key).get_shape())
+
+  def read(self, key: str, index: tuple[slice, ...]) -> np.ndarray:
+    return self._handle(self._where[key]).get_slice(key)[index]
+
+  def close(self):
+    self._stack.close()
+
+
+class DictSource:
+  """Tensors from `name -> (shape, loader)`; the loader returns the whole numpy array."""
+
+  def __init__(self, tensors: dict[str, tuple[tuple[int, ...], Callable[[], np.ndarray]]]):
+    self._t = tensors
+
+  def keys(self):
+    return self._t.keys()
+
+  def shape(self, key):
+    return tuple(self._t[key][0])
+
+  def read(self, key, index):
+    return self._t[key][1]()[index]
+
+  def close(self):
+    pass
+
+
+# --------------------------------------------------------------------------------------------
+# Reading one slice of one param
+# --------------------------------------------------------------------------------------------
+def _norm(index: tuple, shape: Sequence[int]) -> list[tuple[int, int]]:
+  out = []
+  for s, n in zip(tuple(index) + (slice(None),) * (len(shape) - len(index)), shape):
+    start, stop, step = s.indices(n)
+    assert step == 1, "shardings only produce unit-stride slices"
+    out.append((start, stop))
+  return out
+
+
+def read_layer_slice(src, key: str, tr: Transform, shape: Sequence[int],
+                     bounds: Sequence[tuple[int, int]]) -> np.ndarray:
+  """The [start, stop) `bounds` of our per-layer param `shape`, read from HF tensor `key`.
+
+  For an HF dim that packs several view dims (N*H), reads the contiguous rows covering the
+  wanted range of its outer view dim, then slices the inner view dims in numpy.
+  """
+  view = tr.view_shape(shape)
+  vb = [None] * len(shape)
+  for j, p in enumerate(tr.perm):
+    vb[p] = bounds[j]
+  hf_index, sub_shape, inner = [], [], []
+  for g in tr.groups:
+    outer, rest = g[0], g[1:]
+    rest_size = int(np.prod([view[d] for d in rest]))
+    lo, hi = vb[outer]
+    hf_index.append(slice(lo * rest_size, hi * rest_size))
+    sub_shape += [hi - lo] + [view[d] for d in rest]
+    inner += [slice(None)] + [slice(*vb[d]) for d in rest]
+  arr = np.asarray(src.read(key, tuple(hf_index)))
+  return arr.reshape(sub_shape)[tuple(inner)].transpose(tr.perm)
+
+
+def _np_dtype(dtype) -> np.dtype:
+  return np.dtype(ml_dtypes.bfloat16) if jnp.dtype(dtype) == jnp.bfloat16 else np.dtype(dtype)
+
+
+def _param_callback(src, hf_name, tr, full_shape, stacked, dtype):
+  """The `make_array_from_callback` callback of one param: reads the slice `index` of it."""
+  np_dt = _np_dtype(dtype)
+  layer_shape = full_shape[1:] if stacked else full_shape
+
+  def cb(index):
+    if not stacked:
+      bounds = _norm(index, layer_shape)
+      return read_layer_slice(src, hf_name, tr, layer_shape, bounds).astype(np_dt)
+    (l0, l1), *bounds = _norm(index, full_shape)
+    out = np.empty((l1 - l0,) + tuple(hi - lo for lo, hi in bounds), np_dt)
+    for l in range(l0, l1):  # one layer at a time: host memory stays at one shard
+      out[l - l0] = read_layer_slice(src, hf_name.format(i=l), tr, layer_shape, bounds)
+    return out
+  return cb
+
+
+def params_from_source(cfg: ModelConfig, src, *, dtype=jnp.float32,
+                       sharder: Optional[Sharder] = None, what: str = "checkpoint") -> Params:
+  """Validates `src` against `cfg` and builds the params (sharded when `sharder` is given)."""
+  validate_tensors(cfg, src, what)
+  shapes = param_shapes(cfg)
+  logical = param_logical_axes(cfg)
+  if sharder is not None:
+    check_divisible(shapes, logical, sharder)
+  params: Params = {}
+  for path, (hf_name, tr, _) in mapping(cfg).items():
+    full_shape = tuple(_get(shapes, path))
+    sharding = (sharder.sharding(_get(logical, path)) if sharder is not None
+                else SingleDeviceSharding(jax.devices()[0]))
+    cb = _param_callback(src, hf_name, tr, full_shape, "{i}" in hf_name, dtype)
+    _set(params, path, jax.make_array_from_callback(full_shape, sharding, cb))
+  return params
+
+
+def validate_tensors(cfg: ModelConfig, src, what: str = "checkpoint") -> None:
+  """Raises CheckpointError naming a missing, unexpected or wrongly shaped tensor."""
+  expected = expected_hf_shapes(cfg)
+  present = set(src.keys())
+  missing = sorted(k for k in expected if k not in present)
+  if missing:
+    raise CheckpointError(
+        f"{what} is missing tensor {missing[0]!r}" +
+        (f" (and {len(missing) - 1} more: {missing[1:4]}...)" if len(missing) > 1 else "") +
+        f" that a {cfg.model_type} config with these settings needs; check that config.json "
+        "matches the weights (tie_word_embeddings, attention_bias, num_hidden_layers)")
+  tied_extra = {"lm_head.weight"} if cfg.tie_embeddings else set()
+  extra = sorted(k for k in present - set(expected) - tied_extra if not _IGNORABLE.match(k))
+  if extra:
+    raise CheckpointError(
+        f"{what} has unexpected tensor {extra[0]!r}" +
+        (f" (and {len(extra) - 1} more: {extra[1:4]}...)" if len(extra) > 1 else "") +
+        f" that a {cfg.model_type} config with these settings does not use; check that "
+        "config.json matches the weights")
+  for key, shape in expected.items():
+    found = src.shape(key)
+    if tuple(found) != tuple(shape):
+      raise CheckpointError(f"{what}: tensor {key!r} has shape {list(found)}, expected "
+                            f"{list(shape)} from config.json")
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+def load_hf_checkpoint(path: str, *, dtype=jnp.float32, mesh: Optional[Mesh] = None,
+                       sharder: Optional[Sharder] = None) -> tuple[ModelConfig, Params]:
+  """Reads a local HF directory (config.json + one or many *.safetensors) into params.
+
+  With `mesh` (default rules) or `sharder`, params are created sharded: each device reads only
+  its own slice from disk. Without, they land on the default device.
+  """
+  if not os.path.isdir(path):
+    raise CheckpointError(f"{path!r} is not a directory; pass a Hugging Face checkpoint "
+                          "directory (config.json + *.safetensors)")
+  cfg = ModelConfig.from_hf_dir(path)
+  if sharder is None and mesh is not None:
+    sharder = Sharder(mesh)
+  src = SafetensorsSource(path)
+  try:
+    params = params_from_source(cfg, src, dtype=dtype, sharder=sharder,
+                                what=f"checkpoint {path!r}")
+  finally:
+    src.close()
+  return cfg, params
+
+
+def hf_tensors(cfg: ModelConfig, params: Params) -> Iterable[tuple[str, np.ndarray]]:
+  """Yields (HF name, numpy array in HF layout) one tensor at a time (host memory: one layer)."""
+  for path, (hf_name, tr, layer_shape) in mapping(cfg).items():
+    arr = _get(params, path)
+    inv = tuple(np.argsort(tr.perm))
+    layers = range(cfg.num_layers) if "{i}" in hf_name else [None]
+    for i in layers:
+      ours = np.asarray(arr if i is None else arr[i])
+      yield hf_name.format(i=i), np.ascontiguousarray(ours.transpose(inv).reshape(
+          tr.hf_shape(layer_shape)))
+
+
+def save_hf_checkpoint(path: str, config: ModelConfig, params: Params, *,
+                       max_shard_bytes: int = 4 << 30) -> None:
+  """Writes config.json + safetensors (sharded with an index past `max_shard_bytes`)."""
+  from safetensors.numpy import save_file
+  os.makedirs(path, exist_ok=True)
+  dtype = jnp.dtype(jax.tree.leaves(params)[0].dtype)
+  hf = config.to_hf_dict()
+  hf["torch_dtype"] = {"bfloat16": "bfloat16", "float16": "float16"}.get(dtype.name, "float32")
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(hf, f, indent=2)
+  shards: list[dict[str, np.ndarray]] = [{}]
+  size = 0
+  for name, arr in hf_tensors(config, params):
+    if size and size + arr.nbytes > max_shard_bytes:
+      _flush(path, shards, save_file)
+      shards.append({})
+      size = 0
+    shards[-1][name] = arr
+    size += arr.nbytes
+  _flush(path, shards, save_file, last=True)
+
+
+def _flush(path, shards, save_file, last=False):
+  """Writes the newest shard to a temp name; on `last`, renames all and writes the index."""
+  n = len(shards)
+  tmp = os.path.join(path, f".shard-{n:05d}.safetensors")
+  if shards[-1]:
+    save_file(shards[-1], tmp, metadata={"format": "pt"})
+  shards[-1] = {k: None for k in shards[-1]}  # free memory; keep the names for the index
+  if not last:
+    return
+  if n == 1:
+    os.replace(tmp, os.path.join(path, "model.safetensors"))
+    return
+  weight_map = {}
+  for i, shard in enumerate(shards, 1):
+    name = f"model-{i:05d}-of-{n:05d}.safetensors"
+    os.replace(os.path.join(path, f".shard-{i:05d}.safetensors"), os.path.join(path, name))
+    weight_map.update({k: name for k in shard})
+  with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+    json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=2)
