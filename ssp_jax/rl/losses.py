@@ -1,0 +1,180 @@
+"""Token-level policy-gradient loss: PPO clip (low/high), dual clip, KL to a reference, entropy.
+
+Formulas follow veRL cb809d66 (`core_algos.compute_policy_loss_vanilla`, `kl_penalty`,
+`agg_loss`; anchors.md 1.7). Shapes: N sequences, T tokens; `mask_NT` is 1 on the tokens the
+loss sees (policy-generated response tokens) and 0 on prompt, observation and padding tokens.
+
+Every masked-out token is replaced by a constant before any arithmetic, so its log-probs
+(current, old or reference) can hold anything, even inf/NaN, and still change nothing: neither
+the loss nor the gradient (which is exactly 0 there).
+
+Aggregation is written as per-token weights `w_NT` (`aggregation_weights`) with
+`loss = sum(w_NT * loss_NT)`. The learner computes the weights once over a whole mini-batch and
+sums over micro-batches, which gives exactly the mini-batch's token-mean (not a mean of
+per-micro-batch means).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from ssp_jax.rl.registry import KL_PENALTIES, LOSS_AGGREGATIONS
+
+LOG_RATIO_CLAMP = 20.0   # ratio = exp(clamp(logp - old_logp, +-20))
+KL_CLAMP = 10.0          # k3 value clamp (veRL low_var_kl)
+
+
+# --------------------------------------------------------------------------------------------
+# KL penalties: per-token estimates of KL(pi || pi_ref) from the sampled token's log-probs.
+# --------------------------------------------------------------------------------------------
+@KL_PENALTIES.register("k1", "kl")
+def kl_k1(logp_NT: jax.Array, ref_logp_NT: jax.Array) -> jax.Array:
+  return logp_NT - ref_logp_NT
+
+
+@KL_PENALTIES.register("k2", "mse")
+def kl_k2(logp_NT: jax.Array, ref_logp_NT: jax.Array) -> jax.Array:
+  return 0.5 * jnp.square(logp_NT - ref_logp_NT)
+
+
+@KL_PENALTIES.register("k3", "low_var_kl")
+def kl_k3(logp_NT: jax.Array, ref_logp_NT: jax.Array) -> jax.Array:
+  """exp(ref - logp) - (ref - logp) - 1, clamped to [-10, 10] (log-ratio first to +-20)."""
+  kl = jnp.clip(ref_logp_NT - logp_NT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+  return jnp.clip(jnp.exp(kl) - kl - 1.0, -KL_CLAMP, KL_CLAMP)
+
+
+# --------------------------------------------------------------------------------------------
+# Aggregations as per-token weights. Fully masked rows get weight 0 and are not counted.
+# --------------------------------------------------------------------------------------------
+@LOSS_AGGREGATIONS.register("token-mean")
+def token_mean_weights(mask_NT: jax.Array) -> jax.Array:
+  """Mean over all unmasked tokens of the batch."""
+  m = mask_NT.astype(jnp.float32)
+  return m / jnp.maximum(m.sum(), 1.0)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-mean")
+def seq_mean_token_mean_weights(mask_NT: jax.Array) -> jax.Array:
+  """Mean over non-empty sequences of each sequence's token mean."""
+  m = mask_NT.astype(jnp.float32)
+  count_N = m.sum(axis=1)
+  rows = jnp.maximum((count_N > 0).sum(), 1).astype(jnp.float32)
+  return m / jnp.maximum(count_N, 1.0)[:, None] / rows
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-sum")
+def seq_mean_token_sum_weights(mask_NT: jax.Array) -> jax.Array:
+  """Mean over non-empty sequences of each sequence's token sum."""
+  m = mask_NT.astype(jnp.float32)
+  rows = jnp.maximum((m.sum(axis=1) > 0).sum(), 1).astype(jnp.float32)
+  return m / rows
+
+
+def aggregation_weights(mask_NT: jax.Array, agg: str,
+                        row_weights_N: Optional[jax.Array] = None) -> jax.Array:
+  """Per-token weights [N, T] of aggregation `agg`, times optional per-row loss weights."""
+  w_NT = LOSS_AGGREGATIONS.get(agg)(mask_NT)
+  if row_weights_N is not None:
+    w_NT = w_NT * row_weights_N.astype(jnp.float32)[:, None]
+  return w_NT
+
+
+# --------------------------------------------------------------------------------------------
+# The loss
+# --------------------------------------------------------------------------------------------
+def ppo_token_losses(logp_NT, old_logp_NT, adv_N, *, clip_low: float, clip_high: float,
+                     dual_clip: Optional[float]) -> dict[str, jax.Array]:
+  """Per-token clipped surrogate (to minimise) and clip indicators, all [N, T]."""
+  log_ratio = jnp.clip(logp_NT - old_logp_NT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+  ratio = jnp.exp(log_ratio)
+  adv = adv_N.astype(jnp.float32)[:, None]
+  loss1 = -adv * ratio
+  loss2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+  clipped = jnp.maximum(loss1, loss2)
+  out = {"pg": clipped, "clipfrac": (loss2 > loss1).astype(jnp.float32),
+         "ppo_kl": -log_ratio, "clipfrac_lower": jnp.zeros_like(clipped)}
+  if dual_clip is not None:
+    if dual_clip <= 1.0:
+      raise ValueError(f"dual_clip must be > 1 (veRL clip_ratio_c), got {dual_clip}; "
+                       "use None to turn it off")
+    loss3 = -adv * dual_clip
+    dual = jnp.minimum(loss3, clipped)
+    out["pg"] = jnp.where(adv < 0, dual, clipped)
+    out["clipfrac_lower"] = ((clipped > loss3) & (adv < 0)).astype(jnp.float32)
+  return out
+
+
+def weighted_policy_loss(logp_NT, old_logp_NT, ref_logp_NT, adv_N, mask_NT, loss_w_NT,
+                         metric_w_NT, *, clip_low: float = 0.2, clip_high: float = 0.285,
+                         dual_clip: Optional[float] = 3.0, kl_coef: float = 0.01,
+                         kl_type: str = "k3", entropy_NT: Optional[jax.Array] = None,
+                         entropy_coef: float = 0.0) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """sum(loss_w * (pg + kl_coef * kl - entropy_coef * entropy)); metrics are sums weighted by
+  `metric_w_NT` (token-mean weights), so they add up across micro-batches."""
+  keep = mask_NT > 0
+  zero = jnp.zeros_like(logp_NT, jnp.float32)
+  logp = jnp.where(keep, logp_NT.astype(jnp.float32), zero)
+  old = jnp.where(keep, old_logp_NT.astype(jnp.float32), zero)
+  adv_N = jnp.where(jnp.isfinite(adv_N), adv_N, 0.0)
+  loss_w = jnp.where(keep, loss_w_NT, 0.0)
+  metric_w = jnp.where(keep, metric_w_NT, 0.0)
+  terms = ppo_token_losses(logp, old, adv_N, clip_low=clip_low, clip_high=clip_high,
+                           dual_clip=dual_clip)
+  pg_loss = jnp.sum(loss_w * terms["pg"])
+  loss = pg_loss
+  metrics = {k: jnp.sum(metric_w * terms[k]) for k in ("clipfrac", "clipfrac_lower", "ppo_kl")}
+  metrics["pg_loss"] = pg_loss
+  if kl_coef != 0.0:
+    if ref_logp_NT is None:
+      raise ValueError("kl_coef != 0 needs ref_logp; pass reference log-probs or set kl_coef=0")
+    ref = jnp.where(keep, ref_logp_NT.astype(jnp.float32), zero)
+    kl_NT = KL_PENALTIES.get(kl_type)(logp, ref)
+    kl_loss = jnp.sum(loss_w * kl_NT)
+    loss = loss + kl_coef * kl_loss
+    metrics["kl_loss"] = kl_loss
+  if entropy_NT is not None:
+    ent = jnp.where(keep, entropy_NT.astype(jnp.float32), zero)
+    metrics["entropy"] = jnp.sum(metric_w * ent)
+    if entropy_coef != 0.0:
+      loss = loss - entropy_coef * jnp.sum(loss_w * ent)
+  metrics["loss"] = loss
+  return loss, metrics
+
+
+def policy_loss(logp: Any, old_logp: Any, ref_logp: Any, advantages: Any, mask: Any, *,
+                clip_low: float = 0.2, clip_high: float = 0.285,
+                dual_clip: Optional[float] = 3.0, kl_coef: float = 0.01, kl_type: str = "k3",
+                agg: str = "token-mean", entropy: Any = None, entropy_coef: float = 0.0,
+                row_weights: Any = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """PPO-clip policy loss with dual clip and a KL term, aggregated by `agg`.
+
+  Args:
+    logp, old_logp, ref_logp: [N, T] log-probs of the sampled tokens under the current,
+      behaviour and reference policies (`ref_logp` may be None when kl_coef == 0).
+    advantages: [N] one advantage per sequence (broadcast over its tokens).
+    mask: [N, T] 1 on tokens that count, 0 elsewhere.
+    clip_low, clip_high: ratio clipped to [1 - clip_low, 1 + clip_high].
+    dual_clip: c > 1 bounds the loss of negative-advantage tokens by -A * c (None: off).
+    kl_coef, kl_type: weight and estimator ("k1"/"kl", "k2"/"mse", "k3"/"low_var_kl").
+    agg: "token-mean", "seq-mean-token-mean" or "seq-mean-token-sum".
+    entropy: optional [N, T] per-token entropy (logged; subtracted with entropy_coef).
+    row_weights: optional [N] per-sequence loss weight (e.g. per role).
+  Returns:
+    (scalar loss, metrics dict of scalars: loss, pg_loss, kl_loss, clipfrac, clipfrac_lower,
+    ppo_kl, entropy; clip/kl/entropy metrics are token-means over the mask).
+  """
+  mask_NT = jnp.asarray(mask)
+  logp_NT = jnp.asarray(logp)
+  if logp_NT.ndim != 2 or mask_NT.shape != logp_NT.shape:
+    raise ValueError(f"logp {logp_NT.shape} and mask {mask_NT.shape} must be [N, T]")
+  loss_w = aggregation_weights(mask_NT, agg, None if row_weights is None
+                               else jnp.asarray(row_weights))
+  metric_w = token_mean_weights(mask_NT)
+  return weighted_policy_loss(
+      logp_NT, jnp.asarray(old_logp), None if ref_logp is None else jnp.asarray(ref_logp),
+      jnp.asarray(advantages), mask_NT, loss_w, metric_w, clip_low=clip_low,
+      clip_high=clip_high, dual_clip=dual_clip, kl_coef=kl_coef, kl_type=kl_type,
+      entropy_NT=None if entropy is None else jnp.asarray(entropy), entropy_coef=entropy_coef)
