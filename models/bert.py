@@ -1,0 +1,304 @@
+"""Pure-JAX BERT encoder (MiniLM, E5, any HF `BertModel`) over an explicit params pytree.
+
+Embeddings (token + absolute position + token type, LayerNorm), then post-LayerNorm blocks:
+  x = LN(x + Attn(x));  x = LN(x + W_out gelu(W_in x))
+with exact (erf) GELU and a padding mask on the keys. Sentence embeddings are the mean of the
+last hidden states over the attention mask, L2-normalised (sentence-transformers / E5 style).
+
+Params layout (layers stacked on a leading L axis and run with `lax.scan`):
+
+  tok_embed [V, D]   pos_embed [P, D]   type_embed [Y, D]   embed_norm {scale, bias} [D]
+  layers/
+    wq, wk, wv [L, D, N, H]   bq, bk, bv [L, N, H]   wo [L, N, H, D]   bo [L, D]
+    attn_norm_scale, attn_norm_bias [L, D]
+    w_in [L, D, F]  b_in [L, F]  w_out [L, F, D]  b_out [L, D]
+    mlp_norm_scale, mlp_norm_bias [L, D]
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import math
+import os
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models.config import ConfigError
+from models.sharding import Sharder, constrain
+
+Params = dict[str, Any]
+_GELU = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True}  # name -> tanh approx?
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  vocab_size: int
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  intermediate_size: int
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  layer_norm_eps: float = 1e-12
+  hidden_act: str = "gelu"
+  pad_token_id: int = 0
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_heads:
+      raise ConfigError(f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                        f"{self.num_heads}")
+    if self.hidden_act not in _GELU:
+      raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported; expected one of "
+                        f"{sorted(_GELU)}")
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  @classmethod
+  def from_hf_dict(cls, hf: dict[str, Any]) -> "BertConfig":
+    mt = hf.get("model_type", "bert")
+    if mt not in ("bert",):
+      raise ConfigError(f"model_type {mt!r} is not a BERT encoder; the retriever encoder must be "
+                        "a BertModel checkpoint (MiniLM, E5, BGE, ...)")
+    pe = hf.get("position_embedding_type", "absolute")
+    if pe != "absolute":
+      raise ConfigError(f"position_embedding_type {pe!r} is not supported (only 'absolute')")
+    return cls(vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+               num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
+               intermediate_size=hf["intermediate_size"],
+               max_position_embeddings=hf.get("max_position_embeddings", 512),
+               type_vocab_size=hf.get("type_vocab_size", 2),
+               layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+               hidden_act=hf.get("hidden_act", "gelu"), pad_token_id=hf.get("pad_token_id") or 0)
+
+  @classmethod
+  def from_hf_dir(cls, path: str) -> "BertConfig":
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.exists(cfg_path):
+      raise FileNotFoundError(f"{cfg_path} not found; the encoder path must be an HF BERT directory")
+    with open(cfg_path) as f:
+      return cls.from_hf_dict(json.load(f))
+
+
+# --------------------------------------------------------------------------------------------
+# Shapes, logical axes, init
+# --------------------------------------------------------------------------------------------
+def param_shapes(cfg: BertConfig) -> Params:
+  D, F, N, H, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.head_dim, cfg.num_layers
+  return {
+      "tok_embed": (cfg.vocab_size, D), "pos_embed": (cfg.max_position_embeddings, D),
+      "type_embed": (cfg.type_vocab_size, D), "embed_norm_scale": (D,), "embed_norm_bias": (D,),
+      "layers": {
+          "wq": (L, D, N, H), "wk": (L, D, N, H), "wv": (L, D, N, H),
+          "bq": (L, N, H), "bk": (L, N, H), "bv": (L, N, H), "wo": (L, N, H, D), "bo": (L, D),
+          "attn_norm_scale": (L, D), "attn_norm_bias": (L, D),
+          "w_in": (L, D, F), "b_in": (L, F), "w_out": (L, F, D), "b_out": (L, D),
+          "mlp_norm_scale": (L, D), "mlp_norm_bias": (L, D),
+      },
+  }
+
+
+_LOGICAL = {
+    "tok_embed": ("vocab", "embed"), "pos_embed": (None, "embed"), "type_embed": (None, "embed"),
+    "embed_norm_scale": ("norm",), "embed_norm_bias": ("norm",),
+    "wq": ("layers", "embed", "q_heads", "head_dim"), "wk": ("layers", "embed", "q_heads", "head_dim"),
+    "wv": ("layers", "embed", "q_heads", "head_dim"), "bq": ("layers", "q_heads", "head_dim"),
+    "bk": ("layers", "q_heads", "head_dim"), "bv": ("layers", "q_heads", "head_dim"),
+    "wo": ("layers", "q_heads", "head_dim", "embed"), "bo": ("layers", "norm"),
+    "attn_norm_scale": ("layers", "norm"), "attn_norm_bias": ("layers", "norm"),
+    "w_in": ("layers", "embed", "mlp"), "b_in": ("layers", "mlp"),
+    "w_out": ("layers", "mlp", "embed"), "b_out": ("layers", "norm"),
+    "mlp_norm_scale": ("layers", "norm"), "mlp_norm_bias": ("layers", "norm"),
+}
+
+
+def param_logical_axes(cfg: BertConfig) -> Params:
+  """Logical axis names of every parameter (same tree as the params)."""
+  shapes = param_shapes(cfg)
+  out = {k: _LOGICAL[k] for k in shapes if k != "layers"}
+  out["layers"] = {k: _LOGICAL[k] for k in shapes["layers"]}
+  return out
+
+
+def init_params(cfg: BertConfig, rng: jax.Array, dtype=jnp.float32, std: float = 0.02) -> Params:
+  """Random init (normal(std) weights, ones for norm scales, zeros for biases)."""
+  flat, treedef = jax.tree_util.tree_flatten_with_path(
+      param_shapes(cfg), is_leaf=lambda x: isinstance(x, tuple))
+  keys = jax.random.split(rng, len(flat))
+  leaves = []
+  for (path, shape), key in zip(flat, keys):
+    name = jax.tree_util.keystr(path)
+    if "norm_scale" in name:
+      leaves.append(jnp.ones(shape, dtype))
+    elif "bias" in name or name.split("'")[-2] in ("bq", "bk", "bv", "bo", "b_in", "b_out"):
+      leaves.append(jnp.zeros(shape, dtype))
+    else:
+      leaves.append((std * jax.random.normal(key, shape, jnp.float32)).astype(dtype))
+  return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+# --------------------------------------------------------------------------------------------
+# Forward
+# --------------------------------------------------------------------------------------------
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float) -> jax.Array:
+  """LayerNorm with fp32 statistics, result in x's dtype."""
+  xf = x.astype(jnp.float32)
+  mean = jnp.mean(xf, axis=-1, keepdims=True)
+  var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
+  y = (xf - mean) * jax.lax.rsqrt(var + eps)
+  return (y * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(x.dtype)
+
+
+def _block(cfg: BertConfig, lp: Params, x_BTD, keymask_BS, sharder):
+  dt = x_BTD.dtype
+  q = jnp.einsum("BTD,DNH->BTNH", x_BTD, lp["wq"].astype(dt)) + lp["bq"].astype(dt)
+  k = jnp.einsum("BSD,DNH->BSNH", x_BTD, lp["wk"].astype(dt)) + lp["bk"].astype(dt)
+  v = jnp.einsum("BSD,DNH->BSNH", x_BTD, lp["wv"].astype(dt)) + lp["bv"].astype(dt)
+  logits_BNTS = jnp.einsum("BTNH,BSNH->BNTS", q, k,
+                           preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
+  logits_BNTS = jnp.where(keymask_BS[:, None, None, :], logits_BNTS, jnp.finfo(jnp.float32).min)
+  probs_BNTS = jax.nn.softmax(logits_BNTS, axis=-1).astype(dt)
+  attn_BTNH = jnp.einsum("BNTS,BSNH->BTNH", probs_BNTS, v)
+  attn_BTD = jnp.einsum("BTNH,NHD->BTD", attn_BTNH, lp["wo"].astype(dt)) + lp["bo"].astype(dt)
+  x_BTD = layer_norm(x_BTD + attn_BTD, lp["attn_norm_scale"], lp["attn_norm_bias"],
+                     cfg.layer_norm_eps)
+  x_BTD = constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
+  h_BTF = jnp.einsum("BTD,DF->BTF", x_BTD, lp["w_in"].astype(dt)) + lp["b_in"].astype(dt)
+  h_BTF = jax.nn.gelu(h_BTF, approximate=_GELU[cfg.hidden_act])
+  h_BTF = constrain(h_BTF, ("act_batch", "act_len", "act_mlp"), sharder)
+  out_BTD = jnp.einsum("BTF,FD->BTD", h_BTF, lp["w_out"].astype(dt)) + lp["b_out"].astype(dt)
+  x_BTD = layer_norm(x_BTD + out_BTD, lp["mlp_norm_scale"], lp["mlp_norm_bias"], cfg.layer_norm_eps)
+  return constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
+
+
+def hidden_states(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT: jax.Array,
+                  token_types_BT: Optional[jax.Array] = None, *, dtype=jnp.float32,
+                  sharder: Optional[Sharder] = None) -> jax.Array:
+  """Last hidden states [B, T, D]. mask_BT: 1 on real tokens, 0 on padding (right-padded)."""
+  B, T = tokens_BT.shape
+  if token_types_BT is None:
+    token_types_BT = jnp.zeros((B, T), jnp.int32)
+  x_BTD = (jnp.take(params["tok_embed"], tokens_BT, axis=0)
+           + params["pos_embed"][None, :T]
+           + jnp.take(params["type_embed"], token_types_BT, axis=0))
+  x_BTD = layer_norm(x_BTD.astype(dtype), params["embed_norm_scale"], params["embed_norm_bias"],
+                     cfg.layer_norm_eps)
+  x_BTD = constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
+  keymask_BS = mask_BT.astype(bool)
+
+  def body(x, lp):
+    return _block(cfg, lp, x, keymask_BS, sharder), None
+
+  x_BTD, _ = jax.lax.scan(body, x_BTD, params["layers"])
+  return x_BTD
+
+
+def mean_pool(h_BTD: jax.Array, mask_BT: jax.Array) -> jax.Array:
+  """[B, D] mean of h over the tokens where mask is 1 (fp32)."""
+  m_BT1 = mask_BT.astype(jnp.float32)[..., None]
+  return jnp.sum(h_BTD.astype(jnp.float32) * m_BT1, axis=1) / jnp.maximum(
+      jnp.sum(m_BT1, axis=1), 1e-9)
+
+
+def l2_normalize(x_BD: jax.Array, eps: float = 1e-12) -> jax.Array:
+  """Row-wise L2 normalisation (torch.nn.functional.normalize semantics)."""
+  return x_BD / jnp.maximum(jnp.linalg.norm(x_BD, axis=-1, keepdims=True), eps)
+
+
+def embed(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT: jax.Array, *,
+          pooling: str = "mean", normalize: bool = True, dtype=jnp.float32,
+          sharder: Optional[Sharder] = None) -> jax.Array:
+  """Sentence embeddings [B, D] (fp32): mean (or cls) pooling, then optional L2 norm."""
+  h_BTD = hidden_states(cfg, params, tokens_BT, mask_BT, dtype=dtype, sharder=sharder)
+  if pooling == "mean":
+    e_BD = mean_pool(h_BTD, mask_BT)
+  elif pooling == "cls":
+    e_BD = h_BTD[:, 0].astype(jnp.float32)
+  else:
+    raise ValueError(f"pooling {pooling!r} is not supported; use 'mean' or 'cls'")
+  return l2_normalize(e_BD) if normalize else e_BD
+
+
+# --------------------------------------------------------------------------------------------
+# Loading an HF BERT directory
+# --------------------------------------------------------------------------------------------
+def _read_state_dict(path: str) -> dict[str, np.ndarray]:
+  files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+  if files:
+    from safetensors.numpy import load_file
+    out = {}
+    for f in files:
+      out.update(load_file(f))
+    return out
+  bin_path = os.path.join(path, "pytorch_model.bin")
+  if os.path.exists(bin_path):
+    import torch  # only for old checkpoints without safetensors
+    sd = torch.load(bin_path, map_location="cpu", weights_only=True)
+    return {k: v.float().numpy() for k, v in sd.items()}
+  raise FileNotFoundError(f"no *.safetensors or pytorch_model.bin in {path}")
+
+
+def params_from_state_dict(cfg: BertConfig, sd: dict[str, np.ndarray], dtype=jnp.float32) -> Params:
+  """Maps HF BertModel tensors (optionally prefixed `bert.`) to our params."""
+  sd = {k[len("bert."):] if k.startswith("bert.") else k: v for k, v in sd.items()}
+  D, N, H = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+  used: set[str] = set()
+
+  def get(name, shape):
+    if name not in sd:
+      raise KeyError(f"tensor {name!r} is missing from the checkpoint")
+    t = np.asarray(sd[name], np.float32)
+    if t.shape != shape:
+      raise ValueError(f"tensor {name!r}: expected shape {shape}, found {t.shape}")
+    used.add(name)
+    return t
+
+  def stack(fmt, shape, fn=lambda t: t):
+    return np.stack([fn(get(fmt.format(i), shape)) for i in range(cfg.num_layers)])
+
+  F = cfg.intermediate_size
+  a, o = "encoder.layer.{}.attention.", "encoder.layer.{}."
+  layers = {
+      "wq": stack(a + "self.query.weight", (D, D), lambda t: t.T.reshape(D, N, H)),
+      "wk": stack(a + "self.key.weight", (D, D), lambda t: t.T.reshape(D, N, H)),
+      "wv": stack(a + "self.value.weight", (D, D), lambda t: t.T.reshape(D, N, H)),
+      "bq": stack(a + "self.query.bias", (D,), lambda t: t.reshape(N, H)),
+      "bk": stack(a + "self.key.bias", (D,), lambda t: t.reshape(N, H)),
+      "bv": stack(a + "self.value.bias", (D,), lambda t: t.reshape(N, H)),
+      "wo": stack(a + "output.dense.weight", (D, D), lambda t: t.T.reshape(N, H, D)),
+      "bo": stack(a + "output.dense.bias", (D,)),
+      "attn_norm_scale": stack(a + "output.LayerNorm.weight", (D,)),
+      "attn_norm_bias": stack(a + "output.LayerNorm.bias", (D,)),
+      "w_in": stack(o + "intermediate.dense.weight", (F, D), lambda t: t.T),
+      "b_in": stack(o + "intermediate.dense.bias", (F,)),
+      "w_out": stack(o + "output.dense.weight", (D, F), lambda t: t.T),
+      "b_out": stack(o + "output.dense.bias", (D,)),
+      "mlp_norm_scale": stack(o + "output.LayerNorm.weight", (D,)),
+      "mlp_norm_bias": stack(o + "output.LayerNorm.bias", (D,)),
+  }
+  e = "embeddings."
+  params = {
+      "tok_embed": get(e + "word_embeddings.weight", (cfg.vocab_size, D)),
+      "pos_embed": get(e + "position_embeddings.weight", (cfg.max_position_embeddings, D)),
+      "type_embed": get(e + "token_type_embeddings.weight", (cfg.type_vocab_size, D)),
+      "embed_norm_scale": get(e + "LayerNorm.weight", (D,)),
+      "embed_norm_bias": get(e + "LayerNorm.bias", (D,)),
+      "layers": layers,
+  }
+  extra = [k for k in sd if k not in used and not k.startswith(("pooler.", "cls.", "lm_head."))
+           and not k.endswith("position_ids")]
+  if extra:
+    raise ValueError(f"unexpected tensors in the BERT checkpoint: {extra[:5]}"
+                     f"{' ...' if len(extra) > 5 else ''}")
+  return jax.tree.map(lambda t: jnp.asarray(t, dtype), params)
+
+
+def load_bert(path: str, *, dtype=jnp.float32) -> tuple[BertConfig, Params]:
+  """Reads a local HF BERT directory (config.json + safetensors, or pytorch_model.bin)."""
+  cfg = BertConfig.from_hf_dir(path)
+  return cfg, params_from_state_dict(cfg, _read_state_dict(path), dtype)
