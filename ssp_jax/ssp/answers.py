@@ -1,0 +1,105 @@
+"""The answer set: JSONL lines `{"ground_truth": str | [str], "search_turns": int,
+"sys_question_example": optional str | [str]}` (the layout of the original 50k-answer file).
+
+Read streaming; a bad line (not JSON, no usable ground truth, bad hop count) is skipped and counted,
+and the first offender is reported with its line number, so one broken line never kills a run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Any, Iterator, Optional
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnswerItem:
+  ground_truth: Any                  # str, or a list of aliases (kept as given)
+  hops: int                          # search_turns
+  examples: tuple[str, ...] = ()     # sys_question_example
+
+
+@dataclasses.dataclass
+class LoadStats:
+  good: int = 0
+  bad: int = 0
+  first_bad: Optional[str] = None    # "path:line: reason"
+
+  def report(self) -> str:
+    msg = f"{self.good} answers loaded"
+    if self.bad:
+      msg += f", {self.bad} bad lines skipped (first: {self.first_bad})"
+    return msg
+
+
+def parse_line(line: str, default_hops: int = 2) -> AnswerItem:
+  """One JSONL line -> AnswerItem. Raises ValueError with the reason."""
+  try:
+    rec = json.loads(line)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"not JSON ({e.msg})") from None
+  if not isinstance(rec, dict):
+    raise ValueError("not a JSON object")
+  gt = rec.get("ground_truth", rec.get("answer", rec.get("golden_answers")))
+  if isinstance(gt, dict):           # {"target": [...]} as in the original preprocessing
+    gt = gt.get("target")
+  if isinstance(gt, (int, float)) and not isinstance(gt, bool):
+    gt = str(gt)
+  if isinstance(gt, str):
+    ok = bool(gt.strip())
+  elif isinstance(gt, list):
+    gt = [str(g) for g in gt if isinstance(g, (str, int, float)) and str(g).strip()]
+    ok = bool(gt)
+  else:
+    ok = False
+  if not ok:
+    raise ValueError("missing or empty `ground_truth`")
+  hops = rec.get("search_turns", default_hops)
+  try:
+    hops = int(hops)
+  except (TypeError, ValueError):
+    raise ValueError(f"`search_turns` {hops!r} is not an integer") from None
+  if hops < 1:
+    raise ValueError(f"`search_turns` {hops} must be >= 1")
+  ex = rec.get("sys_question_example") or ()
+  ex = (ex,) if isinstance(ex, str) else tuple(str(e) for e in ex)
+  return AnswerItem(gt, hops, ex)
+
+
+def iter_answers(path: str, stats: LoadStats, default_hops: int = 2) -> Iterator[AnswerItem]:
+  """Streams the good items of `path`, updating `stats` for each line."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"answer set {path!r} does not exist; set config.ssp.answers_path "
+                            "(make one with `python -m ssp_jax.tools.make_answer_set`)")
+  with open(path, encoding="utf-8") as f:
+    for lineno, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        item = parse_line(line, default_hops)
+      except ValueError as e:
+        stats.bad += 1
+        if stats.first_bad is None:
+          stats.first_bad = f"{path}:{lineno}: {e}"
+        continue
+      stats.good += 1
+      yield item
+
+
+def load_answers(path: str, default_hops: int = 2) -> tuple[list[AnswerItem], LoadStats]:
+  """All good items (a 50k-answer file is a few MB) and the load statistics."""
+  stats = LoadStats()
+  items = list(iter_answers(path, stats, default_hops))
+  if stats.bad:
+    log.warning("answer set %s: %s", path, stats.report())
+  if not items:
+    raise ValueError(f"answer set {path!r} has no usable line ({stats.report()})")
+  return items, stats
+
+
+def default_answers_path() -> str:
+  return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                      "answers_wiki_sample.jsonl")
