@@ -3,6 +3,14 @@ import os
 
 import pytest
 
+# Every test process sees 8 fake CPU devices, so the multi-device tests (tests/*_multidevice.py)
+# run in the same `pytest` invocation as the rest. This must happen before jax is imported;
+# single-device tests are unaffected (arrays live on device 0 unless sharded explicitly).
+if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 # Keep CPU test runs deterministic and quiet.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
