@@ -4,3 +4,4 @@ from models.decoder import (forward, forward_with_cache, hidden_states, init_cac
                             logits_from_hidden, param_logical_axes, param_shapes)
 from models.presets import PRESETS, get_preset
 from models.sharding import DEFAULT_RULES, Sharder, make_mesh
+from models.hf_io import CheckpointError, load_hf_checkpoint, save_hf_checkpoint
