@@ -60,25 +60,27 @@ def token_mean_weights(mask_NT: jax.Array) -> jax.Array:
 def seq_mean_token_mean_weights(mask_NT: jax.Array) -> jax.Array:
   """Mean over non-empty sequences of each sequence's token mean."""
   m = mask_NT.astype(jnp.float32)
-  count_N = m.sum(axis=1)
+  count_N = m.sum(axis=-1)
   rows = jnp.maximum((count_N > 0).sum(), 1).astype(jnp.float32)
-  return m / jnp.maximum(count_N, 1.0)[:, None] / rows
+  return m / jnp.maximum(count_N, 1.0)[..., None] / rows
 
 
 @LOSS_AGGREGATIONS.register("seq-mean-token-sum")
 def seq_mean_token_sum_weights(mask_NT: jax.Array) -> jax.Array:
   """Mean over non-empty sequences of each sequence's token sum."""
   m = mask_NT.astype(jnp.float32)
-  rows = jnp.maximum((m.sum(axis=1) > 0).sum(), 1).astype(jnp.float32)
+  rows = jnp.maximum((m.sum(axis=-1) > 0).sum(), 1).astype(jnp.float32)
   return m / rows
 
 
 def aggregation_weights(mask_NT: jax.Array, agg: str,
                         row_weights_N: Optional[jax.Array] = None) -> jax.Array:
-  """Per-token weights [N, T] of aggregation `agg`, times optional per-row loss weights."""
+  """Per-token weights [..., T] of aggregation `agg`, times optional per-row loss weights.
+
+  Leading dims are all rows (e.g. [micro-batches, rows, T]); T is the last axis."""
   w_NT = LOSS_AGGREGATIONS.get(agg)(mask_NT)
   if row_weights_N is not None:
-    w_NT = w_NT * row_weights_N.astype(jnp.float32)[:, None]
+    w_NT = w_NT * row_weights_N.astype(jnp.float32)[..., None]
   return w_NT
 
 
@@ -90,7 +92,7 @@ def ppo_token_losses(logp_NT, old_logp_NT, adv_N, *, clip_low: float, clip_high:
   """Per-token clipped surrogate (to minimise) and clip indicators, all [N, T]."""
   log_ratio = jnp.clip(logp_NT - old_logp_NT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
   ratio = jnp.exp(log_ratio)
-  adv = adv_N.astype(jnp.float32)[:, None]
+  adv = adv_N.astype(jnp.float32)[..., None]
   loss1 = -adv * ratio
   loss2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
   clipped = jnp.maximum(loss1, loss2)

@@ -1,0 +1,63 @@
+"""The `rl` section of a run config (ml_collections). Defaults are the original SSP run's
+(veRL cb809d66 defaults + `examples/train_ssp.sh`; anchors.md 1.7) unless a comment says why not.
+
+Use in a run config:
+  from ssp_jax.rl.config import get_rl_config
+  config.rl = get_rl_config()
+and override with `--config.rl.lr=2e-6`.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+# Role ids used in batches (`batch["role"]`) and in `role_loss_weights`.
+ROLES = ("proposer", "solver")
+ROLE_IDS = {name: i for i, name in enumerate(ROLES)}
+
+
+def get_rl_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  # -- optimizer (optax AdamW) --------------------------------------------------------------
+  c.lr = 1e-6                  # peak learning rate (veRL actor.optim.lr)
+  c.warmup_steps = 5           # linear warm-up: lr * min(1, (update + 1) / warmup_steps)
+  c.weight_decay = 0.01        # decoupled AdamW decay, applied to every parameter (as torch)
+  c.adam_b1 = 0.9              # AdamW beta1
+  c.adam_b2 = 0.999            # AdamW beta2
+  c.adam_eps = 1e-8            # AdamW epsilon
+  c.grad_clip = 1.0            # global grad-norm clip (veRL actor.grad_clip)
+  # -- policy loss ----------------------------------------------------------------------------
+  c.clip_low = 0.2             # ratio clipped below at 1 - clip_low
+  c.clip_high = 0.285          # ratio clipped above at 1 + clip_high (SSP script)
+  c.dual_clip = 3.0            # dual-clip c for negative advantages; None turns it off
+  c.kl_coef = 0.01             # KL-to-reference loss weight; 0 drops the reference model
+  c.kl_type = "k3"             # "k3"/"low_var_kl", "k1"/"kl", "k2"/"mse"
+  c.loss_agg = "token-mean"    # "token-mean", "seq-mean-token-mean", "seq-mean-token-sum"
+  c.entropy_coef = 0.0         # entropy bonus weight (entropy is always logged)
+  c.temperature = 1.0          # logits / temperature before log-softmax (the sampler's T)
+  # -- advantages -----------------------------------------------------------------------------
+  c.proposer_estimator = "reinforce"  # proposer: one sample per answer, A = raw reward
+  c.solver_estimator = "grpo"         # solver: group of rollout.n samples per question
+  c.grpo_std_normalize = True  # False: mean-only A = r - mean_g (the paper's formula, Dr.GRPO)
+  c.grpo_eps = 1e-6            # GRPO std epsilon
+  c.role_loss_weights = ml_collections.ConfigDict(
+      {name: 1.0 for name in ROLES})  # per-role multiplier of each sequence's loss weight
+  # -- batching -------------------------------------------------------------------------------
+  c.mini_batch_size = 128      # prompts per optimizer update (256 prompts -> 2 updates)
+  c.shuffle_mini_batches = False  # deal prompts to mini-batches in a seeded random order
+  c.micro_batch_size = 8       # sequences per gradient-accumulation step, whole mesh (must be a
+                               # multiple of the batch-sharding mesh size)
+  c.bucket = 128               # sequence lengths rounded up to a multiple of this
+  c.max_len = 12288            # longest training sequence (prompt 4096 + response 8192)
+  c.recompute_old_logp = True  # recompute old log-probs with the learner (veRL); False uses
+                               # the sampler's Trajectory.logprobs
+  # -- compute ----------------------------------------------------------------------------
+  c.remat = "full"             # models.decoder.REMAT_POLICIES: none, full, dots, save_attn_out
+  c.compute_dtype = "bfloat16" # forward/backward dtype; master params stay param_dtype
+  c.param_dtype = "float32"    # master params, gradients and AdamW moments
+  c.ref_dtype = "bfloat16"     # frozen reference params (forward only)
+  c.attn_impl = "xla"          # "xla", or "cudnn" for flash attention on GPU
+  c.logprob_chunk = 512        # tokens per lm_head chunk: logits never exist as [B, T, V]
+  # -- robustness -------------------------------------------------------------------------
+  c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips
+  c.seed = 0                   # train-state RNG seed
+  return c

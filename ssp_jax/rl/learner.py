@@ -1,0 +1,328 @@
+"""The fused RL train step and a small `Learner` that drives it over a rollout batch.
+
+One jitted program per update: for each micro-batch (`lax.scan`, gradient accumulation) it
+runs the reference forward (when kl_coef > 0), the policy forward + backward with chunked
+per-token log-probs, and after the scan the non-finite check and the optax update. The train
+state is donated. Loss weights are computed over the whole mini-batch first, so the scan's sum
+is exactly the mini-batch's aggregate (token-mean over all its loss tokens by default).
+
+Per-token log-probs never build [B, T, V] logits: the lm_head runs over chunks of T under
+`jax.checkpoint`, so the backward recomputes one chunk's logits at a time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import models
+from models.decoder import REMAT_POLICIES, lm_head_weight
+from models.sharding import Sharder, constrain
+from ssp_jax.rl import batch as batch_lib
+from ssp_jax.rl import losses
+from ssp_jax.rl import train_state as ts
+from ssp_jax.rl.config import ROLES
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+  """The static (hashable) knobs of the compiled step, read from the `rl` config."""
+  clip_low: float = 0.2
+  clip_high: float = 0.285
+  dual_clip: Optional[float] = 3.0
+  kl_coef: float = 0.01
+  kl_type: str = "k3"
+  loss_agg: str = "token-mean"
+  entropy_coef: float = 0.0
+  temperature: float = 1.0
+  role_weights: tuple[float, ...] = (1.0, 1.0)
+  micro_batch_size: int = 8
+  remat: str = "full"
+  compute_dtype: str = "bfloat16"
+  attn_impl: str = "xla"
+  logprob_chunk: int = 512
+
+  @classmethod
+  def from_config(cls, rl: ml_collections.ConfigDict) -> "StepConfig":
+    if rl.remat not in REMAT_POLICIES:
+      raise ValueError(f"rl.remat={rl.remat!r}; choose one of {sorted(REMAT_POLICIES)}")
+    losses.KL_PENALTIES.get(rl.kl_type)
+    losses.LOSS_AGGREGATIONS.get(rl.loss_agg)
+    ts.dtype_of(rl.compute_dtype)
+    return cls(clip_low=rl.clip_low, clip_high=rl.clip_high, dual_clip=rl.dual_clip,
+               kl_coef=rl.kl_coef, kl_type=rl.kl_type, loss_agg=rl.loss_agg,
+               entropy_coef=rl.entropy_coef, temperature=rl.temperature,
+               role_weights=tuple(float(rl.role_loss_weights[r]) for r in ROLES),
+               micro_batch_size=rl.micro_batch_size, remat=rl.remat,
+               compute_dtype=rl.compute_dtype, attn_impl=rl.attn_impl,
+               logprob_chunk=rl.logprob_chunk)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-token log-probs
+# --------------------------------------------------------------------------------------------
+def _chunk_size(T: int, chunk: int) -> int:
+  """Largest divisor of T that is <= chunk."""
+  c = max(1, min(chunk, T))
+  while T % c:
+    c -= 1
+  return c
+
+
+def chunked_logprobs(w_DV: jax.Array, h_BTD: jax.Array, targets_BT: jax.Array, *,
+                     temperature: float = 1.0, chunk: int = 512,
+                     sharder: Optional[Sharder] = None) -> tuple[jax.Array, jax.Array]:
+  """log p(targets_BT[b, t] | h_BTD[b, t]) and the entropy of that distribution, [B, T] each.
+
+  Loops over chunks of C tokens (`lax.map`, rematerialised), so at most [B, C, V] fp32 logits
+  are live in the forward and in the backward.
+  """
+  B, T, D = h_BTD.shape
+  C = _chunk_size(T, chunk)
+  K = T // C
+  h_KBCD = h_BTD.reshape(B, K, C, D).swapaxes(0, 1)
+  t_KBC = targets_BT.reshape(B, K, C).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def one(h_BCD, t_BC):
+    logits_BCV = jnp.einsum("BCD,DV->BCV", h_BCD, w_DV.astype(h_BCD.dtype),
+                            preferred_element_type=jnp.float32)
+    logits_BCV = constrain(logits_BCV / temperature, ("act_batch", "act_len", "act_vocab"),
+                           sharder)
+    lse_BC = jax.nn.logsumexp(logits_BCV, axis=-1)
+    iota_V = jnp.arange(logits_BCV.shape[-1], dtype=t_BC.dtype)
+    tgt_BC = jnp.sum(jnp.where(iota_V == t_BC[..., None], logits_BCV, 0.0), axis=-1)
+    p_BCV = jnp.exp(logits_BCV - lse_BC[..., None])
+    ent_BC = lse_BC - jnp.sum(p_BCV * logits_BCV, axis=-1)
+    return tgt_BC - lse_BC, ent_BC
+
+  logp_KBC, ent_KBC = jax.lax.map(lambda xs: one(*xs), (h_KBCD, t_KBC))
+  return logp_KBC.swapaxes(0, 1).reshape(B, T), ent_KBC.swapaxes(0, 1).reshape(B, T)
+
+
+def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array,
+                      sc: StepConfig, sharder: Optional[Sharder] = None,
+                      remat: Optional[str] = None) -> tuple[jax.Array, jax.Array]:
+  """(logp_BT, entropy_BT) aligned to the scored token: logp[b, t] = log p(tokens[b, t] |
+  tokens[b, :t]); position 0 (never a loss token) holds 0."""
+  dtype = ts.dtype_of(sc.compute_dtype)
+  h_BTD = models.hidden_states(cfg, params, tokens_BT, dtype=dtype,
+                               remat=sc.remat if remat is None else remat,
+                               attn_impl=sc.attn_impl, sharder=sharder)
+  targets_BT = jnp.concatenate([tokens_BT[:, 1:], jnp.zeros_like(tokens_BT[:, :1])], axis=1)
+  logp_BT, ent_BT = chunked_logprobs(lm_head_weight(cfg, params), h_BTD, targets_BT,
+                                     temperature=sc.temperature, chunk=sc.logprob_chunk,
+                                     sharder=sharder)
+  pad = jnp.zeros_like(logp_BT[:, :1])
+  return (jnp.concatenate([pad, logp_BT[:, :-1]], axis=1),
+          jnp.concatenate([pad, ent_BT[:, :-1]], axis=1))
+
+
+def _cast(tree, dtype):
+  return jax.tree.map(lambda x: x.astype(dtype), tree)
+
+
+# --------------------------------------------------------------------------------------------
+# The fused step
+# --------------------------------------------------------------------------------------------
+MICRO_KEYS = ("tokens", "loss_mask", "old_logp", "advantages", "loss_w", "metric_w")
+
+
+def loss_weights(mb: dict, sc: StepConfig) -> tuple[jax.Array, jax.Array]:
+  """(loss_w_NT, metric_w_NT) over the whole mini-batch, role weights folded in."""
+  role_w = jnp.asarray(sc.role_weights, jnp.float32)[jnp.clip(mb["role"], 0,
+                                                              len(sc.role_weights) - 1)]
+  loss_w = losses.aggregation_weights(mb["loss_mask"], sc.loss_agg, role_w)
+  return loss_w, losses.token_mean_weights(mb["loss_mask"])
+
+
+def micro_loss(params, ref_logp, mb, cfg, sc: StepConfig, sharder):
+  """Loss of one micro-batch with mini-batch-global weights; (loss, metrics)."""
+  cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
+  logp, ent = sequence_logprobs(cfg, cparams, mb["tokens"], sc, sharder)
+  if sc.entropy_coef == 0.0:
+    ent = jax.lax.stop_gradient(ent)
+  return losses.weighted_policy_loss(
+      logp, mb["old_logp"], ref_logp, mb["advantages"], mb["loss_mask"], mb["loss_w"],
+      mb["metric_w"], clip_low=sc.clip_low, clip_high=sc.clip_high, dual_clip=sc.dual_clip,
+      kl_coef=sc.kl_coef, kl_type=sc.kl_type, entropy_NT=ent, entropy_coef=sc.entropy_coef)
+
+
+def to_micro(mb: dict, micro: int) -> dict:
+  """Host-side reshape of [M, ...] rows to [M / micro, micro, ...] (no cross-device moves)."""
+  n = mb["tokens"].shape[0]
+  if n % micro:
+    raise ValueError(f"mini-batch of {n} rows is not a multiple of rl.micro_batch_size={micro}")
+  return {k: np.asarray(v).reshape((n // micro, micro) + v.shape[1:]) for k, v in mb.items()}
+
+
+def _select(ok, new, old):
+  return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
+
+
+def metric_keys(sc: StepConfig) -> tuple[str, ...]:
+  keys = ("loss", "pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy")
+  return keys + (("kl_loss",) if sc.kl_coef != 0.0 else ())
+
+
+def accumulate_grads(params, ref_params, mb, cfg, sc: StepConfig, sharder, p_shardings):
+  """Sum of micro-batch gradients and metrics over a mini-batch of [K, m, ...] arrays."""
+  loss_w, metric_w = loss_weights(mb, sc)
+  micro = {**{k: mb[k] for k in MICRO_KEYS[:4]}, "loss_w": loss_w, "metric_w": metric_w}
+  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+  pin = lambda g: jax.tree.map(jax.lax.with_sharding_constraint, g, p_shardings)
+
+  def body(carry, x):
+    g_acc, m_acc = carry
+    ref_logp = None
+    if sc.kl_coef != 0.0:
+      ref_logp, _ = sequence_logprobs(cfg, ref_params, x["tokens"], sc, sharder, remat="none")
+      ref_logp = jax.lax.stop_gradient(ref_logp)
+    (_, metrics), g = grad_fn(params, ref_logp, x, cfg, sc, sharder)
+    g_acc = pin(jax.tree.map(lambda a, b: a + b.astype(a.dtype), g_acc, g))
+    return (g_acc, {k: m_acc[k] + metrics[k] for k in m_acc}), None
+
+  zeros_g = pin(jax.tree.map(jnp.zeros_like, params))
+  zeros_m = {k: jnp.zeros((), jnp.float32) for k in metric_keys(sc)}
+  (grads, metrics), _ = jax.lax.scan(body, (zeros_g, zeros_m), micro)
+  return grads, metrics
+
+
+def train_step(state: ts.TrainState, ref_params: Any, mb: dict, *, cfg: models.ModelConfig,
+               sc: StepConfig, tx: optax.GradientTransformation, sharder: Sharder,
+               p_shardings: Any) -> tuple[ts.TrainState, dict]:
+  """One optimizer update on a mini-batch (`batch` fields reshaped by `to_micro` to [K, m, ...]).
+
+  A non-finite loss or gradient norm leaves params and optimizer state untouched and counts
+  the skip in `state["nonfinite"]` (consecutive) and `state["nonfinite_total"]`.
+  """
+  params = state["params"]
+  grads, metrics = accumulate_grads(params, ref_params, mb, cfg, sc, sharder, p_shardings)
+  grad_norm = optax.global_norm(grads)
+  ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
+  updates, new_opt = tx.update(grads, state["opt_state"], params)
+  new_params = optax.apply_updates(params, updates)
+  one = jnp.ones((), jnp.int32)
+  new_state = {
+      "params": _select(ok, new_params, params),
+      "opt_state": _select(ok, new_opt, state["opt_state"]),
+      "rng": jax.random.split(state["rng"])[0],
+      "step": state["step"] + one,
+      "nonfinite": jnp.where(ok, 0, state["nonfinite"] + one),
+      "nonfinite_total": state["nonfinite_total"] + jnp.where(ok, 0, one),
+  }
+  metrics = dict(metrics, grad_norm=grad_norm, update_ok=ok.astype(jnp.float32),
+                 loss_tokens=jnp.sum(mb["loss_mask"]))
+  return new_state, metrics
+
+
+def batch_shardings(sharder: Sharder) -> dict:
+  """[K, m, ...] micro-batched fields: rows (m) over the batch mesh axes, the rest replicated."""
+  row = sharder.spec(("act_batch",))[0]
+  mk = lambda *rest: NamedSharding(sharder.mesh, P(None, row, *rest))
+  return {"tokens": mk(None), "loss_mask": mk(None), "old_logp": mk(None),
+          "advantages": mk(), "role": mk(), "prompt": mk()}
+
+
+def make_train_step(cfg: models.ModelConfig, sc: StepConfig, tx: optax.GradientTransformation,
+                    sharder: Sharder, state_sh: Any, with_ref: bool):
+  """jit(train_step) with the state donated and its shardings fixed in and out."""
+  p_sh = state_sh["params"]
+  fn = functools.partial(train_step, cfg=cfg, sc=sc, tx=tx, sharder=sharder, p_shardings=p_sh)
+  rep = NamedSharding(sharder.mesh, P())
+  return jax.jit(fn, donate_argnums=(0,),
+                 in_shardings=(state_sh, p_sh if with_ref else None, batch_shardings(sharder)),
+                 out_shardings=(state_sh, rep))
+
+
+def make_logprob_fn(cfg: models.ModelConfig, sc: StepConfig, sharder: Sharder, p_sh: Any):
+  """jit: (params, tokens [K, m, T]) -> aligned log-probs [K, m, T], one micro-batch at a time."""
+  def fn(params, tokens_KmT):
+    cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
+    return jax.lax.map(lambda t: sequence_logprobs(cfg, cparams, t, sc, sharder, "none")[0],
+                       tokens_KmT)
+  tok_sh = batch_shardings(sharder)["tokens"]
+  return jax.jit(fn, in_shardings=(p_sh, tok_sh), out_shardings=tok_sh)
+
+
+# --------------------------------------------------------------------------------------------
+# Host-side driver
+# --------------------------------------------------------------------------------------------
+class Learner:
+  """Owns the sharded train state and the compiled step; `update(batch)` runs the mini-batches.
+
+  Args:
+    cfg: the policy's ModelConfig.
+    rl: the `rl` config section (`ssp_jax.rl.config.get_rl_config()`).
+    sharder: mesh + rules (default: one device).
+    params: initial policy params (e.g. `models.load_hf_checkpoint`); random when None. The
+      reference policy (when rl.kl_coef > 0) is a frozen copy of them in rl.ref_dtype.
+  """
+
+  def __init__(self, cfg: models.ModelConfig, rl: ml_collections.ConfigDict,
+               sharder: Optional[Sharder] = None, *, params: Any = None):
+    self.cfg, self.rl = cfg, rl
+    self.sharder = sharder if sharder is not None else ts.single_device_sharder()
+    self.sc = StepConfig.from_config(rl)
+    rows = self.sharder.axis_size("act_batch")
+    if rl.micro_batch_size % rows:
+      raise ValueError(f"rl.micro_batch_size={rl.micro_batch_size} must be a multiple of the "
+                       f"{rows} devices the batch is sharded over; change it or the mesh")
+    self.tx = ts.make_optimizer(rl)
+    pdt = ts.dtype_of(rl.param_dtype)
+    self.abstract_state, self.state_shardings = ts.state_shardings(cfg, self.tx, self.sharder, pdt)
+    self.state = ts.create_train_state(cfg, self.tx, self.sharder, seed=rl.seed, params=params,
+                                       param_dtype=pdt)
+    self.ref_params = None
+    if rl.kl_coef != 0.0:
+      self.ref_params = ts.make_reference(self.state["params"], cfg, self.sharder,
+                                          ts.dtype_of(rl.ref_dtype))
+    self._step = make_train_step(cfg, self.sc, self.tx, self.sharder, self.state_shardings,
+                                 with_ref=self.ref_params is not None)
+    self._logprob = make_logprob_fn(cfg, self.sc, self.sharder, self.state_shardings["params"])
+
+  def put(self, mb: dict) -> dict:
+    """[M, ...] numpy mini-batch -> [K, m, ...] device arrays with the batch shardings."""
+    sh = batch_shardings(self.sharder)
+    return {k: jax.device_put(v, sh[k]) for k, v in to_micro(mb, self.sc.micro_batch_size).items()}
+
+  def logprobs(self, batch: dict) -> np.ndarray:
+    """Aligned log-probs [N, T] of `batch["tokens"]` under the current policy."""
+    n = batch["tokens"].shape[0]
+    m = self.sc.micro_batch_size
+    padded = batch_lib.pad_rows(batch, int(math.ceil(max(n, 1) / m)) * m)
+    tok = self.put(padded)["tokens"]
+    out = np.asarray(jax.device_get(self._logprob(self.state["params"], tok)))
+    return out.reshape(-1, out.shape[-1])[:n]
+
+  def update(self, batch: dict, *, num_prompts: Optional[int] = None) -> list[dict[str, float]]:
+    """Runs ceil(prompts / rl.mini_batch_size) updates over `batch` (see `ssp_jax.rl.batch`).
+
+    The first mini-batch is on-policy; later ones see a moved policy and are clipped. Returns
+    one metrics dict per update.
+    """
+    batch = dict(batch)
+    if self.rl.recompute_old_logp:
+      batch["old_logp"] = np.where(batch["loss_mask"] > 0, self.logprobs(batch), 0.0)
+    prompts = np.unique(batch["prompt"][batch["prompt"] >= 0]).size
+    k = batch_lib.num_mini_batches(num_prompts or prompts, self.rl.mini_batch_size)
+    step = int(jax.device_get(self.state["step"]))
+    seed = (self.rl.seed, step) if self.rl.shuffle_mini_batches else None
+    out = []
+    for mb in batch_lib.split_mini_batches(batch, k, row_multiple=self.sc.micro_batch_size,
+                                           seed=None if seed is None else hash(seed) % 2**31):
+      self.state, metrics = self._step(self.state, self.ref_params, self.put(mb))
+      out.append(metrics)
+    return [{k: float(v) for k, v in jax.device_get(m).items()} for m in out]
+
+  def should_stop(self) -> bool:
+    """True after rl.max_nonfinite_steps consecutive skipped updates (checkpoint, then stop)."""
+    return ts.too_many_nonfinite(self.state, self.rl.max_nonfinite_steps)
