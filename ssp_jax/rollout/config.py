@@ -1,0 +1,31 @@
+"""The `rollout` config section (ml_collections): every knob of the sampler and the search loop."""
+from __future__ import annotations
+
+import ml_collections
+
+
+def get_rollout_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  # --- batch and memory ---
+  c.batch_size = 64             # decode slots = KV-cache rows; divisible by the data mesh axis
+  c.max_prompt_tokens = 4096    # longer prompts keep their last tokens (meta["prompt_truncated"])
+  c.max_response_tokens = 8192  # whole response incl. spliced observations (veRL's limit)
+  c.cache_min_len = 512         # smallest cache bucket; the cache doubles as sequences grow, up
+                                # to max_prompt_tokens + max_response_tokens (+ prefill_chunk)
+  c.prefill_chunk = 512         # longest chunk prefilled in one call (longer ones are split)
+  c.steps_per_call = 256        # decode steps per jitted call (the host services rows between)
+  c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
+  c.dtype = "bfloat16"          # compute dtype of the forward pass
+  c.cache_dtype = "bfloat16"    # KV cache dtype
+  # --- sampling ---
+  c.temperature = 1.0           # 0 = greedy; recorded log-probs are log_softmax(logits / T)
+  c.top_p = 1.0                 # 1 = off
+  c.top_k = 0                   # 0 = off
+  c.stop = ("</search>", "</answer>", "</question>")  # stop strings; eos/end-of-turn ids always stop
+  # --- search tool ---
+  c.use_search = True           # "</search>" triggers a retriever call (else it just stops)
+  c.max_searches = 10           # per trajectory; the next "</search>" ends it as max_searches
+  c.max_obs_tokens = 512        # per observation (docs are cut, the closing tag is kept)
+  c.topk = 3                    # documents per search
+  c.search_timeout_s = 60.0     # a slower retriever call fails (observation says so, counted)
+  return c

@@ -1,0 +1,280 @@
+"""The multi-turn search rollout engine with continuous refill of the decode batch.
+
+    engine = RolloutEngine(model_cfg, tokenizer, get_rollout_config(), retriever, sharder)
+    trajs = engine.generate(params, prompts, jax.random.key(0))
+
+B slots (cache rows) decode together in one jitted `lax.while_loop` (sampling/loop.py). Rows are
+independent (slot == position per row), so the host can, between calls, (1) fill a free slot with
+the next pending prompt, (2) splice an observation into a row that stopped on `</search>`; both
+prefill only that row's new chunk. A call returns once `refill_fraction` of its rows finished, so
+waiting or finished rows never hold the others back for long and never force a recompute.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models.config import ModelConfig
+from models.sharding import Sharder
+from ssp_jax import prompts_format as pf
+from ssp_jax import sampling as S
+from ssp_jax.rollout.config import get_rollout_config
+from ssp_jax.rollout.observations import run_searches
+from ssp_jax.tokenizer import Prompt, Tokenizer
+from ssp_jax.types import Trajectory
+
+
+@dataclasses.dataclass
+class _Row:
+  """Host-side state of one running trajectory."""
+  index: int
+  prompt_ids: list[int]
+  budget: int                          # response tokens left (observations included)
+  pending: list[int]                   # tokens to put in the cache; the last one becomes tok_B
+  pos: int = 0                         # position of pending[0] (then of the device's tok_B)
+  response: list[int] = dataclasses.field(default_factory=list)
+  mask: list[int] = dataclasses.field(default_factory=list)
+  logprobs: list[float] = dataclasses.field(default_factory=list)
+  segment: bytearray = dataclasses.field(default_factory=bytearray)  # generated since last chunk
+  queries: list[str] = dataclasses.field(default_factory=list)
+  docs: list[list[dict]] = dataclasses.field(default_factory=list)
+  failed: int = 0
+  meta: dict = dataclasses.field(default_factory=dict)
+
+
+def _pow2(n: int) -> int:
+  return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+class RolloutEngine:
+  """Batched multi-turn generation with a search tool. See docs/rollout.md."""
+
+  def __init__(self, model_cfg: ModelConfig, tokenizer: Tokenizer, rollout_cfg=None,
+               retriever=None, sharder: Optional[Sharder] = None):
+    self.model_cfg = model_cfg
+    self.tok = tokenizer
+    self.cfg = rollout_cfg if rollout_cfg is not None else get_rollout_config()
+    self.retriever = retriever
+    self.sharder = sharder
+    self.dtype = jnp.dtype(self.cfg.dtype)
+    self.cache_dtype = jnp.dtype(self.cfg.cache_dtype)
+    self._tables: dict[tuple[str, ...], S.StopTables] = {}
+    self.stats: dict[str, Any] = {}
+    if tokenizer.vocab_size > model_cfg.vocab_size:
+      raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size "
+                       f"is {model_cfg.vocab_size}; use the tokenizer of this checkpoint")
+
+  # -- public API ----------------------------------------------------------------------------
+  def generate(self, params, prompts: Sequence[Prompt], rng: jax.Array, *,
+               stop: Optional[Sequence[str]] = None, use_search: Optional[bool] = None,
+               temperature: Optional[float] = None, top_p: Optional[float] = None,
+               top_k: Optional[int] = None, max_new_tokens: Optional[int] = None,
+               metas: Optional[Sequence[dict]] = None) -> list[Trajectory]:
+    """One Trajectory per prompt, in order. Prompts are raw strings, chat message lists or
+    token-id lists; None arguments take the rollout config's values."""
+    c = self.cfg
+    run = _Run(
+        stops=tuple(c.stop if stop is None else stop),
+        use_search=c.use_search if use_search is None else use_search,
+        sampling=S.SamplingParams(
+            float(c.temperature if temperature is None else temperature),
+            float(c.top_p if top_p is None else top_p), int(c.top_k if top_k is None else top_k)),
+        max_new=int(c.max_response_tokens if max_new_tokens is None else max_new_tokens))
+    queue = collections.deque()
+    for i, p in enumerate(prompts):
+      ids, truncated = self._prompt_ids(p)
+      meta = dict(metas[i]) if metas else {}
+      meta["prompt_truncated"] = truncated
+      queue.append(_Row(i, ids, run.max_new, list(ids), meta=meta))
+    return self._loop(params, queue, len(prompts), rng, run)
+
+  # -- setup helpers -------------------------------------------------------------------------
+  def _prompt_ids(self, prompt: Prompt) -> tuple[list[int], bool]:
+    ids = self.tok.prompt_ids(prompt)
+    if not ids:
+      raise ValueError("empty prompt: a prompt needs at least one token")
+    cap = int(self.cfg.max_prompt_tokens)
+    return (ids[-cap:], True) if len(ids) > cap else (ids, False)
+
+  def stop_tables(self, stops: tuple[str, ...]) -> S.StopTables:
+    if stops not in self._tables:
+      self._tables[stops] = S.build_stop_tables(self.tok.token_bytes, stops).to_device()
+    return self._tables[stops]
+
+  def _batch_size(self, n: int) -> int:
+    B = int(self.cfg.batch_size)
+    data = self.sharder.axis_size("act_batch") if self.sharder is not None else 1
+    if B % data:
+      raise ValueError(f"rollout.batch_size={B} must be divisible by the data axes ({data})")
+    return B if n >= B else min(B, max(_pow2(n), data))
+
+  def _cache_len(self, need: int, current: int, cap: int) -> int:
+    size = max(int(self.cfg.cache_min_len), current)
+    while size < need:
+      size *= 2
+    return min(size, cap) if need <= cap else size
+
+  # -- the main loop -------------------------------------------------------------------------
+  def _loop(self, params, queue, n, rng, run: "_Run") -> list[Trajectory]:
+    c = self.cfg
+    B = self._batch_size(n)
+    tables = self.stop_tables(run.stops)
+    eos_E = jnp.asarray(list(self.tok.eos_ids) or [-1], jnp.int32)
+    steps = int(min(c.steps_per_call, run.max_new))
+    run.cap = int(c.max_prompt_tokens) + run.max_new + int(c.prefill_chunk) + 1
+    st = S.init_state(self.model_cfg, B, self._cache_len(0, 0, run.cap),
+                      tables.prefix_VM.shape[1], self.cache_dtype, self.sharder)
+    rows: list[Optional[_Row]] = [None] * B
+    out: list[Optional[Trajectory]] = [None] * n
+    stats = collections.Counter()
+    t0, call = time.perf_counter(), 0
+    while True:
+      for b in range(B):
+        if rows[b] is None and queue:
+          rows[b] = queue.popleft()
+      live = [b for b in range(B) if rows[b] is not None]
+      if not live:
+        break
+      st = self._prefill_pending(params, st, rows, run)
+      limit = np.array([min(r.budget, steps) if r is not None else 0 for r in rows], np.int32)
+      need = max(rows[b].pos + int(limit[b]) + 1 for b in live)
+      st = self._fit_cache(st, need, run)
+      exit_after = max(1, math.ceil(float(c.refill_fraction) * len(live)))
+      td = time.perf_counter()
+      st, res = S.decode(self.model_cfg, st, params, tables, eos_E, jnp.asarray(limit > 0),
+                         jnp.asarray(limit), jnp.int32(exit_after), jax.random.fold_in(rng, call),
+                         num_steps=steps, sampling=run.sampling, dtype=self.dtype,
+                         sharder=self.sharder)
+      res = jax.device_get(res)
+      stats["decode_s"] += time.perf_counter() - td
+      stats["decode_calls"] += 1
+      stats["policy_tokens"] += int(res.count_B.sum())
+      call += 1
+      searching = self._absorb(rows, res, run, out)
+      if searching:
+        self._search(rows, searching, run, out, stats)
+    stats["wall_s"] = time.perf_counter() - t0
+    self.stats = dict(stats)
+    return out
+
+  def _fit_cache(self, st: S.DecodeState, need: int, run: "_Run") -> S.DecodeState:
+    S_now = st.cache["k"].shape[2]
+    if need <= S_now:
+      return st
+    return S.resize_cache(st, new_len=self._cache_len(need, S_now, run.cap),
+                          sharder=self.sharder)
+
+  def _prefill_pending(self, params, st, rows, run: "_Run") -> S.DecodeState:
+    """Puts every row's pending tokens but the last in the cache; the last becomes tok_B."""
+    todo = [b for b, r in enumerate(rows) if r is not None and r.pending]
+    if not todo:
+      return st
+    chunk = int(self.cfg.prefill_chunk)
+    fed = {b: rows[b].pending[:-1] for b in todo}
+    pieces = {b: [fed[b][i:i + chunk] for i in range(0, len(fed[b]), chunk)] for b in todo}
+    for k in range(max([len(p) for p in pieces.values()] + [0])):
+      group = [b for b in todo if len(pieces[b]) > k]
+      T = min(max(16, _pow2(max(len(pieces[b][k]) for b in group))), _pow2(chunk))
+      starts = [rows[b].pos + k * chunk for b in group]
+      st = self._fit_cache(st, max(starts) + T, run)
+      R = min(_pow2(len(group)), len(rows))
+      idx = group + [group[0]] * (R - len(group))
+      toks = np.zeros((R, T), np.int32)
+      for i, b in enumerate(idx):
+        piece = pieces[b][k]
+        toks[i, :len(piece)] = piece
+      start = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
+      st = S.prefill_rows(self.model_cfg, st, params, jnp.asarray(idx, jnp.int32),
+                          jnp.asarray(toks), jnp.asarray(start), dtype=self.dtype,
+                          sharder=self.sharder)
+    tok = [rows[b].pending[-1] for b in todo]
+    for b in todo:
+      rows[b].pos += len(rows[b].pending) - 1
+      rows[b].pending = []
+      rows[b].segment = bytearray()
+    R = len(todo)
+    return S.set_rows(st, jnp.asarray(todo, jnp.int32), jnp.asarray(tok, jnp.int32),
+                      jnp.asarray([rows[b].pos for b in todo], jnp.int32), jnp.ones((R,), bool))
+
+  def _absorb(self, rows, res: S.DecodeOut, run: "_Run", out) -> list[int]:
+    """Appends each row's new tokens; finalizes finished rows; returns rows waiting to search."""
+    searching = []
+    tb = self.tok.token_bytes
+    for b, r in enumerate(rows):
+      if r is None:
+        continue
+      n = int(res.count_B[b])
+      toks = res.tokens_BN[b, :n].tolist()
+      r.response += toks
+      r.mask += [1] * n
+      r.logprobs += res.logprobs_BN[b, :n].tolist()
+      r.segment += b"".join(tb[t] for t in toks)
+      r.budget -= n
+      r.pos += n
+      why = int(res.reason_B[b])
+      if why == S.EOS:
+        self._finish(rows, b, "eos", out)
+      elif why == S.STOPPED:
+        _, s = S.first_stop_end(bytes(r.segment), run.stops)
+        if s == pf.SEARCH_CLOSE and run.use_search:
+          if len(r.queries) >= int(self.cfg.max_searches):
+            self._finish(rows, b, "max_searches", out)
+          elif r.budget <= 0:
+            self._finish(rows, b, "length", out)
+          else:
+            searching.append(b)
+        else:
+          self._finish(rows, b, pf.STOP_REASON_OF.get(s, "stop"), out)
+      elif r.budget <= 0:
+        self._finish(rows, b, "length", out)
+    return searching
+
+  def _search(self, rows, searching: list[int], run: "_Run", out, stats) -> None:
+    c = self.cfg
+    queries = [pf.extract_query(self.tok.decode(rows[b].response)) for b in searching]
+    ts = time.perf_counter()
+    results = run_searches(self.retriever, self.tok, queries, topk=int(c.topk),
+                           max_obs_tokens=int(c.max_obs_tokens),
+                           timeout_s=float(c.search_timeout_s))
+    stats["search_s"] += time.perf_counter() - ts
+    stats["searches"] += len(searching)
+    for b, res in zip(searching, results):
+      r = rows[b]
+      r.queries.append(res.query)
+      r.docs.append(res.docs)
+      r.failed += int(res.failed)
+      if len(res.obs_ids) >= r.budget:  # no room to continue after the observation
+        self._finish(rows, b, "length", out)
+        continue
+      r.pending = [r.response[-1]] + res.obs_ids   # the stop token is not in the cache yet
+      r.response += res.obs_ids
+      r.mask += [0] * len(res.obs_ids)
+      r.logprobs += [0.0] * len(res.obs_ids)
+      r.budget -= len(res.obs_ids)
+      stats["obs_tokens"] += len(res.obs_ids)
+
+  def _finish(self, rows, b: int, reason: str, out) -> None:
+    r = rows[b]
+    out[r.index] = Trajectory(
+        prompt_ids=r.prompt_ids, response_ids=r.response, loss_mask=r.mask,
+        logprobs=r.logprobs, text=self.tok.decode(r.response, skip_special=True),
+        queries=r.queries, docs=r.docs, num_searches=len(r.queries),
+        num_failed_searches=r.failed, stop_reason=reason, meta=r.meta)
+    rows[b] = None
+
+
+@dataclasses.dataclass
+class _Run:
+  """Settings of one `generate` call."""
+  stops: tuple[str, ...]
+  use_search: bool
+  sampling: S.SamplingParams
+  max_new: int
+  cap: int = 0

@@ -1,0 +1,77 @@
+"""Host side of a search turn: one batched retriever call, observations rendered and tokenized.
+
+A retriever failure (RetrieverError, any exception, a timeout, a malformed answer) never raises:
+every query of the call gets an observation saying the search failed, and it is counted.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+from typing import Optional, Sequence
+
+from ssp_jax import prompts_format as pf
+from ssp_jax.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class SearchResult:
+  query: str
+  docs: list[dict]
+  failed: bool
+  obs_ids: list[int]
+
+
+def _call_retriever(retriever, queries: list[str], topk: int,
+                    timeout_s: float) -> tuple[Optional[list[list[dict]]], str]:
+  """(docs per query, "") or (None, reason)."""
+  if retriever is None:
+    return None, "no retriever configured"
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+  try:
+    fut = pool.submit(retriever.search, queries, topk)
+    out = fut.result(timeout=timeout_s)
+  except concurrent.futures.TimeoutError:
+    return None, f"timed out after {timeout_s:g}s"
+  except Exception as e:  # RetrieverError or anything else: a failed search, never a crash
+    log.warning("retriever failed on %d queries: %s", len(queries), e)
+    return None, f"{type(e).__name__}: {e}"
+  finally:
+    pool.shutdown(wait=False)
+  if not isinstance(out, list) or len(out) != len(queries):
+    return None, "the retriever returned a malformed answer"
+  return out, ""
+
+
+def observation_ids(tokenizer: Tokenizer, body: str, max_tokens: int) -> list[int]:
+  """Tokens of `\\n<information>\\n{body}</information>\\n\\n`, the body cut so that the whole
+  observation fits in `max_tokens` (the closing tag is always kept)."""
+  ids = tokenizer.encode(pf.observation_text(body))
+  if len(ids) <= max_tokens:
+    return ids
+  tail = tokenizer.encode("\n" + pf.OBS_SUFFIX)
+  head = tokenizer.encode(pf.OBS_PREFIX + body)
+  keep = max(max_tokens - len(tail), 0)
+  return head[:keep] + tail
+
+
+def run_searches(retriever, tokenizer: Tokenizer, queries: Sequence[Optional[str]], *, topk: int,
+                 max_obs_tokens: int, timeout_s: float) -> list[SearchResult]:
+  """One retriever call for every non-empty query; a result (and observation) per query."""
+  asked = [i for i, q in enumerate(queries) if q]
+  docs, reason = ([], "") if not asked else _call_retriever(
+      retriever, [queries[i] for i in asked], topk, timeout_s)
+  by_index = dict(zip(asked, docs)) if docs is not None else {}
+  out = []
+  for i, q in enumerate(queries):
+    if not q:
+      body, d, failed = pf.NO_QUERY, [], True
+    elif i in by_index:
+      d = [dict(x) for x in by_index[i]]
+      body, failed = pf.render_docs(d), False
+    else:
+      body, d, failed = pf.SEARCH_FAILED.format(reason=reason), [], True
+    out.append(SearchResult(q or "", d, failed, observation_ids(tokenizer, body, max_obs_tokens)))
+  return out

@@ -1,0 +1,1 @@
+"""Test fixtures shipped with the package: tiny random checkpoints with real tokenizers."""
