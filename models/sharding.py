@@ -125,7 +125,8 @@ def constrain(x: jax.Array, logical: Sequence[Optional[str]], sharder: Optional[
 
 def check_divisible(shapes_tree: Any, logical_tree: Any, sharder: Sharder) -> None:
   """Raises a clear error when a mesh axis does not divide a sharded parameter dim."""
-  flat_s = jax.tree_util.tree_flatten_with_path(shapes_tree)[0]
+  is_shape = lambda x: isinstance(x, tuple) and all(isinstance(d, int) for d in x)
+  flat_s = jax.tree_util.tree_flatten_with_path(shapes_tree, is_leaf=is_shape)[0]
   flat_l = jax.tree.leaves(logical_tree, is_leaf=_is_axes)
   for (path, shape), logical in zip(flat_s, flat_l):
     shape = getattr(shape, "shape", shape)
