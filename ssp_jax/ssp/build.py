@@ -1,0 +1,134 @@
+"""Builds everything a training run needs from its config, in dependency order:
+mesh -> model + tokenizer -> learner (train state) -> retriever -> rollout engine -> verifier and
+judge -> game -> checkpointer (restoring the latest checkpoint) -> optional in-training eval."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, Callable, Optional
+
+import jax
+
+import models
+from ssp_jax.rl import train_state as ts
+from ssp_jax.ssp import game as game_lib
+from ssp_jax.ssp import rewards
+from ssp_jax.ssp.answers import default_answers_path, load_answers
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Components:
+  config: Any
+  learner: Any
+  engine: Any
+  game: game_lib.SSPGame
+  checkpointer: Any
+  start_step: int
+  pad_id: int = 0
+  frozen_params: Any = None
+  evaluator: Optional[Callable[[Any, int], dict]] = None
+  closers: list = dataclasses.field(default_factory=list)
+
+  def learner_scalars(self) -> dict[str, float]:
+    s = ts.host_scalars(self.learner.state)
+    return {"learner/updates_total": float(s["step"]),
+            "learner/nonfinite_total": float(s["nonfinite_total"])}
+
+  def nonfinite_message(self) -> str:
+    return ts.nonfinite_message(self.learner.state, self.config.rl.max_nonfinite_steps)
+
+  def close(self) -> None:
+    self.checkpointer.close()
+    for fn in self.closers:
+      fn()
+
+
+def make_sharder(config) -> models.Sharder:
+  mesh = models.make_mesh(tuple(tuple(a) for a in config.mesh.axes))
+  rules = tuple(tuple(r) for r in config.mesh.rules) or models.DEFAULT_RULES
+  return models.Sharder(mesh, rules)
+
+
+def load_model(path: str, sharder, dtype_name: str, chat_format: str):
+  """(model_cfg, params, tokenizer) of a checkpoint path ("" = the embedded default model)."""
+  from ssp_jax.tokenizer import load_tokenizer
+  cfg, params, tok_dir = models.load_checkpoint(path or None, dtype=ts.dtype_of(dtype_name),
+                                                sharder=sharder)
+  return cfg, params, load_tokenizer(tok_dir, chat_format)
+
+
+def make_retriever(rcfg):
+  """An HTTP client when `retrieval.url` is set, else a local index (default: built on first
+  use over the shipped corpus)."""
+  import retrieval
+  if rcfg.url:
+    return retrieval.HttpRetriever(rcfg.url, timeout=rcfg.timeout_s, retries=rcfg.retries)
+  return retrieval.load_retriever(rcfg.index_dir or retrieval.default_index_dir())
+
+
+def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed: int):
+  """The policy (source "policy") or a frozen checkpoint at `source`, as a TextGenerator."""
+  if source == "policy":
+    return game_lib.PolicyText(policy_engine, params_fn, seed)
+  from ssp_jax.rollout import RolloutEngine
+  cfg, params, tok = load_model(source, sharder, config.rollout.dtype, config.model.chat_format)
+  engine = RolloutEngine(cfg, tok, config.rollout, None, sharder)
+  return game_lib.PolicyText(engine, lambda: params, seed)
+
+
+def build(config) -> Components:
+  from ssp_jax.checkpointing import Checkpointer
+  from ssp_jax.rl.learner import Learner
+  from ssp_jax.rollout import RolloutEngine
+  answers, stats = load_answers(config.ssp.answers_path or default_answers_path(),
+                                config.ssp.default_hops)
+  log.info("answer set: %s", stats.report())
+  sharder = make_sharder(config)
+  model_cfg, params, tokenizer = load_model(config.model.path, sharder, config.rl.param_dtype,
+                                            config.model.chat_format)
+  learner = Learner(model_cfg, config.rl, sharder, params=params)
+  frozen = None
+  if config.ssp.mode != "selfplay":   # the fixed opponent keeps the initial weights
+    frozen = learner.ref_params if learner.ref_params is not None else params
+  del params
+  engine = RolloutEngine(model_cfg, tokenizer, config.rollout, make_retriever(config.retrieval),
+                         sharder)
+  policy = lambda: learner.state["params"]
+  verifier = _text_generator(config.ssp.rag.verifier, engine, policy, config, sharder,
+                             config.seed + 1)
+  judge = None
+  if config.ssp.reward.solver in ("judge", "em_then_judge") or config.ssp.rag.use_judge or \
+      config.eval.judge:
+    judge = rewards.Judge(_text_generator(config.ssp.judge.source, engine, policy, config,
+                                          sharder, config.seed + 2),
+                          max_new_tokens=config.ssp.judge.max_new_tokens,
+                          temperature=config.ssp.judge.temperature)
+  game = game_lib.SSPGame(config.ssp, config.rl, engine, answers, verifier=verifier, judge=judge)
+  ckpt = Checkpointer(os.path.join(config.workdir, "checkpoints"),
+                      save_every=config.checkpoint.every, keep=config.checkpoint.keep,
+                      async_save=config.checkpoint.async_save, model_config=model_cfg)
+  ckpt.register("replay", game.buffer.state_dict, game.buffer.load_state_dict)
+  start = ckpt.latest_step() or 0
+  if start:
+    learner.state = ckpt.restore(learner.abstract_state, learner.state_shardings)
+    log.info("resumed from %s/checkpoints/%d", config.workdir, start)
+  pad = tokenizer.pad_id if getattr(tokenizer, "pad_id", None) is not None else 0
+  return Components(config, learner, engine, game, ckpt, start, pad, frozen,
+                    _evaluator(config, engine, judge))
+
+
+def _evaluator(config, engine, judge) -> Optional[Callable[[Any, int], dict]]:
+  if not config.eval.every_steps:
+    return None
+  from ssp_jax.eval.runner import evaluate, load_eval_sets
+  sets = load_eval_sets(config.eval)
+
+  def run(params, step: int) -> dict:
+    return evaluate(engine, params, sets, batch_size=config.eval.batch_size,
+                    max_new_tokens=config.eval.max_new_tokens or None,
+                    judge=judge if config.eval.judge else None, seed=config.seed,
+                    out_dir=os.path.join(config.workdir, "eval", f"step_{step}"))
+  return run

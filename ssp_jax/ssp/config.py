@@ -1,0 +1,99 @@
+"""The `ssp` section of a run config (the game's knobs, paper Algorithm 1 and App. A) and the
+whole run-config skeleton that `configs/*.py` start from.
+
+  from ssp_jax.ssp.config import base_run_config
+  config = base_run_config()         # then --config.ssp.rag.noise_docs=7 etc.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+
+def get_ssp_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.mode = "selfplay"           # selfplay | solver_only (frozen proposer) | proposer_only
+  c.answers_path = ""           # answer-set JSONL ("" = ssp_jax/data/answers_wiki_sample.jsonl)
+  c.default_hops = 2            # hops of answer lines without `search_turns`
+  c.batch_size = 256            # answers (proposer prompts) per step; problems per step too
+  c.proposer_n = 1              # proposals per answer (1 = REINFORCE; >1 for GRPO, paper B.5)
+  c.solver_n = 5                # solver rollouts per problem (GRPO group)
+  c.temperature = 1.0           # rollout temperature of both roles (the original's effective T)
+  c.proposer_max_new_tokens = 0  # response budget per proposer rollout (0 = rollout config's)
+  c.solver_max_new_tokens = 0    # response budget per solver rollout (0 = rollout config's)
+  c.seed = 0                    # answer sampling, noise mixing, replay sampling (per step)
+  c.samples_per_step = 16       # proposals written to samples_<step>.jsonl
+
+  c.filters = ml_collections.ConfigDict()
+  c.filters.min_chars = 10      # question length bounds after strip (original: 10..1000)
+  c.filters.max_chars = 1000
+  c.filters.min_words = 10      # whitespace words (original: 10)
+  c.filters.min_searches = 2    # original rejects <= 1 search
+  c.filters.min_documents = 1   # retrieved documents over the proposer trajectory
+  c.filters.allow_duplicate_queries = False
+
+  c.rag = ml_collections.ConfigDict()
+  c.rag.enabled = True          # False: rule filters only (paper's "w/o RAG" ablation)
+  c.rag.noise_docs = 4          # other trajectories' materials mixed in (paper: 0/1/4/7)
+  c.rag.verifier = "policy"     # "policy" (paper) or a local checkpoint path (frozen verifier)
+  c.rag.max_new_tokens = 256    # verifier budget (short reasoning + <answer>)
+  c.rag.temperature = 0.1       # original judge-model sampling temperature
+  c.rag.use_judge = False       # EM misses go to the judge too (original code: True)
+
+  c.judge = ml_collections.ConfigDict()
+  c.judge.source = "policy"     # "policy" or a local checkpoint path (original: a 32B model)
+  c.judge.max_new_tokens = 10
+  c.judge.temperature = 0.1
+
+  c.reward = ml_collections.ConfigDict()
+  c.reward.solver = "em_then_judge"   # em | f1 | judge | em_then_judge
+  c.reward.proposer = "1-acc"         # 1-acc | intermediate_difficulty
+  c.reward.invalid_proposal = 0.0     # reward of a rejected proposal (paper: -0.1 collapses)
+  c.reward.spam_max_tags = 0          # >0: more answer tags than this divides the reward by 4
+
+  c.fill = ml_collections.ConfigDict()
+  c.fill.strategy = "replay"    # replay | full_reuse | dummy | resample (paper B.1)
+  c.fill.reset_every = 10       # replay: clear the whole buffer every N steps
+  c.fill.max_solve_rate = 1.0   # replay draws problems with solve rate <= this (any as fallback)
+  c.fill.capacity = 100_000     # buffer size cap (oldest dropped)
+  c.fill.max_resample_rounds = 4  # resample: proposer rounds per step at most
+  return c
+
+
+def base_run_config() -> ml_collections.ConfigDict:
+  """Every section of an SSP run config, composed from its owner's `get_*_config()`; run configs
+  (`configs/*.py`) start from this and override fields."""
+  from ssp_jax.eval.config import get_eval_config
+  from ssp_jax.rl.config import get_rl_config
+  from ssp_jax.rollout.config import get_rollout_config
+  c = ml_collections.ConfigDict()
+  c.workdir = "runs/ssp"        # metrics.jsonl, tb/, samples/, checkpoints/
+  c.total_steps = 200           # SSP steps (each: proposer + solver rollouts + updates)
+  c.seed = 0                    # rollout RNG (per step: fold_in(seed, step))
+  c.tensorboard = True          # TensorBoard events under workdir/tb
+  c.progress = True             # tqdm progress bar on stderr
+
+  c.model = ml_collections.ConfigDict()
+  c.model.path = ""             # HF dir or .gguf; "" = embedded SmolLM2-135M-Instruct GGUF
+  c.model.chat_format = "auto"  # auto (checkpoint's template) | chatml | llama3
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.axes = (("data", -1), ("tensor", 1))  # mesh axes and sizes (-1: remaining devices)
+  c.mesh.rules = ()             # logical -> mesh rules; () = models.DEFAULT_RULES
+
+  c.retrieval = ml_collections.ConfigDict()
+  c.retrieval.index_dir = ""    # `ssp-jax index build` output; "" = default MiniLM index
+  c.retrieval.url = ""          # http://host:port of `ssp-jax retrieve` (overrides index_dir)
+  c.retrieval.timeout_s = 30.0  # HTTP client timeout per call
+  c.retrieval.retries = 3       # HTTP client retries
+
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.every = 5        # save every N steps (and at the last step)
+  c.checkpoint.keep = 3         # checkpoints kept
+  c.checkpoint.async_save = True
+
+  c.rollout = get_rollout_config()
+  c.rl = get_rl_config()
+  c.ssp = get_ssp_config()
+  c.eval = get_eval_config()
+  c.eval.every_steps = 0        # in-training validation every N steps (0: off)
+  return c

@@ -1,0 +1,167 @@
+"""The SSP training loop behind `ssp-jax train`.
+
+Writes into `config.workdir`:
+  metrics.jsonl        one JSON object per step (see docs/training.md for the keys)
+  tb/                  TensorBoard events (tensorboardX)
+  samples/samples_<step>.jsonl   inspection records of the step's proposals and solver attempts
+  checkpoints/<step>/  orbax checkpoints (params, optimizer state, replay buffer)
+
+Restarting the same command resumes from the latest checkpoint: the metrics and sample files are
+cut back to that step (what a crashed step wrote is redone, never duplicated), and every random
+draw of a step is derived from (seed, step), so the resumed run continues as the original would.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import jax
+import numpy as np
+
+from ssp_jax.rl import batch as batch_lib
+from ssp_jax.ssp import game as game_lib
+from ssp_jax.ssp.build import Components, build
+from ssp_jax.ssp.validate import validate_config
+
+log = logging.getLogger(__name__)
+MAIN_METRICS = ("proposer/valid_rate", "solver/reward_mean", "loss")
+
+
+def _mean_update_metrics(updates: list[dict]) -> dict[str, float]:
+  """Averages the learner's per-mini-batch metrics; `kl` is the KL loss (0 without KL)."""
+  if not updates:
+    return {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "updates": 0.0}
+  keys = set().union(*updates)
+  out = {k: float(np.mean([u[k] for u in updates if k in u])) for k in keys}
+  out["kl"] = out.pop("kl_loss", 0.0)
+  out["updates"] = float(len(updates))
+  return out
+
+
+def truncate_jsonl(path: str, last_step: int) -> int:
+  """Drops lines whose `step` is > last_step (written after the checkpoint we resume from)."""
+  if not os.path.exists(path):
+    return 0
+  with open(path, encoding="utf-8") as f:
+    lines = f.readlines()
+  keep = []
+  for line in lines:
+    try:
+      if json.loads(line).get("step", 0) <= last_step:
+        keep.append(line)
+    except json.JSONDecodeError:
+      pass  # a half-written last line of a killed run
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    f.writelines(keep)
+  os.replace(path + ".tmp", path)
+  return len(lines) - len(keep)
+
+
+def _remove_later_samples(sample_dir: str, last_step: int) -> None:
+  if not os.path.isdir(sample_dir):
+    return
+  for name in os.listdir(sample_dir):
+    if name.startswith("samples_") and name.endswith(".jsonl"):
+      try:
+        if int(name[len("samples_"):-len(".jsonl")]) > last_step:
+          os.remove(os.path.join(sample_dir, name))
+      except ValueError:
+        continue
+
+
+class Outputs:
+  """metrics.jsonl, TensorBoard and the sample files of one run."""
+
+  def __init__(self, workdir: str, start_step: int, tensorboard: bool = True):
+    self.workdir = workdir
+    self.metrics_path = os.path.join(workdir, "metrics.jsonl")
+    self.sample_dir = os.path.join(workdir, "samples")
+    os.makedirs(self.sample_dir, exist_ok=True)
+    dropped = truncate_jsonl(self.metrics_path, start_step)
+    if dropped:
+      log.info("dropped %d metric lines after step %d (they are redone)", dropped, start_step)
+    _remove_later_samples(self.sample_dir, start_step)
+    self.tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter
+      self.tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=start_step + 1)
+
+  def write(self, step: int, metrics: dict, samples: list[dict]) -> None:
+    rec = {"step": step, **{k: v for k, v in sorted(metrics.items())}}
+    with open(self.metrics_path, "a", encoding="utf-8") as f:
+      f.write(json.dumps(rec) + "\n")
+    with open(os.path.join(self.sample_dir, f"samples_{step}.jsonl"), "w",
+              encoding="utf-8") as f:
+      for s in samples:
+        f.write(json.dumps(s, ensure_ascii=False, default=str) + "\n")
+    if self.tb is not None:
+      for k, v in metrics.items():
+        if isinstance(v, (int, float)) and np.isfinite(v):
+          self.tb.add_scalar(k, v, step)
+      self.tb.flush()
+
+  def close(self) -> None:
+    if self.tb is not None:
+      self.tb.close()
+
+
+def train_one_step(c: Components, step: int, key) -> tuple[dict, list[dict]]:
+  """Plays step `step` (0-based) and applies the update; returns (metrics, samples)."""
+  params = c.learner.state["params"]
+  out = c.game.play(params, step, key, frozen_params=c.frozen_params)
+  t0 = time.perf_counter()
+  updates = []
+  if out.trajectories:
+    batch = batch_lib.make_batch(out.trajectories, out.advantages, out.roles,
+                                 prompt_index=out.prompt_index, bucket=c.config.rl.bucket,
+                                 max_len=c.config.rl.max_len, pad_id=c.pad_id)
+    updates = c.learner.update(batch)
+  metrics = dict(out.metrics)
+  metrics.update(_mean_update_metrics(updates))
+  metrics["time/update"] = time.perf_counter() - t0
+  metrics["advantage/mean"] = float(np.mean(out.advantages)) if out.advantages.size else 0.0
+  return metrics, out.samples
+
+
+def _postfix(metrics: dict) -> dict[str, str]:
+  short = {"proposer/valid_rate": "valid", "solver/reward_mean": "solve", "loss": "loss"}
+  return {short[k]: f"{metrics.get(k, 0.0):.3g}" for k in MAIN_METRICS}
+
+
+def train(config) -> int:
+  """Runs (or resumes) training to `config.total_steps`; returns the exit code."""
+  validate_config(config)
+  c = build(config)
+  start = c.start_step
+  total = int(config.total_steps)
+  outputs = Outputs(config.workdir, start, tensorboard=config.tensorboard)
+  key = jax.random.PRNGKey(config.seed)
+  from tqdm import tqdm
+  bar = tqdm(total=total, initial=start, desc="ssp", unit="step", dynamic_ncols=True,
+             disable=not config.progress)
+  code = 0
+  try:
+    for step in range(start, total):
+      t0 = time.perf_counter()
+      metrics, samples = train_one_step(c, step, key)
+      metrics["time/step"] = time.perf_counter() - t0
+      done = step + 1
+      if c.evaluator is not None and config.eval.every_steps and \
+          done % config.eval.every_steps == 0:
+        metrics.update(c.evaluator(c.learner.state["params"], done))
+      metrics.update(c.learner_scalars())
+      outputs.write(done, metrics, samples)
+      c.checkpointer.save(done, c.learner.state, force=done == total)
+      bar.update(1)
+      bar.set_postfix(_postfix(metrics))
+      if c.learner.should_stop():
+        c.checkpointer.save(done, c.learner.state, force=True)
+        log.error("%s", c.nonfinite_message())
+        code = 3
+        break
+  finally:
+    bar.close()
+    outputs.close()
+    c.close()
+  return code

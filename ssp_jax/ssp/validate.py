@@ -1,0 +1,60 @@
+"""Checks a training config before any compute; each error names the field and the fix."""
+from __future__ import annotations
+
+import os
+
+from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
+from ssp_jax.ssp import game, replay, rewards
+
+
+class ConfigError(ValueError):
+  pass
+
+
+def _choice(name: str, value, allowed) -> None:
+  if value not in allowed:
+    raise ConfigError(f"config.{name}={value!r} is not one of {tuple(allowed)}")
+
+
+def _path(name: str, value: str, special=("",)) -> None:
+  if value not in special and not os.path.exists(os.path.expanduser(value)):
+    raise ConfigError(f"config.{name}={value!r} does not exist; give a local path "
+                      f"(no downloads at run time) or {special[-1]!r} for the default")
+
+
+def _positive(name: str, value, minimum: int = 1) -> None:
+  if int(value) < minimum:
+    raise ConfigError(f"config.{name}={value} must be >= {minimum}")
+
+
+def validate_config(config) -> None:
+  """Raises ConfigError on the first problem found."""
+  s = config.ssp
+  if not config.workdir:
+    raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
+  _positive("total_steps", config.total_steps)
+  _positive("ssp.batch_size", s.batch_size)
+  _positive("ssp.proposer_n", s.proposer_n)
+  _positive("ssp.solver_n", s.solver_n)
+  _choice("ssp.mode", s.mode, game.MODES)
+  _choice("ssp.fill.strategy", s.fill.strategy, replay.STRATEGIES)
+  _choice("ssp.reward.solver", s.reward.solver, rewards.SOLVER_MODES)
+  _choice("ssp.reward.proposer", s.reward.proposer, rewards.PROPOSER_MODES)
+  _choice("rl.proposer_estimator", config.rl.proposer_estimator, ADVANTAGE_ESTIMATORS.names())
+  _choice("rl.solver_estimator", config.rl.solver_estimator, ADVANTAGE_ESTIMATORS.names())
+  for role, est, n in (("solver", config.rl.solver_estimator, s.solver_n),
+                       ("proposer", config.rl.proposer_estimator, s.proposer_n)):
+    if est in ("grpo", "rloo") and n < 2:
+      raise ConfigError(f"config.rl.{role}_estimator={est!r} needs groups of >= 2 but "
+                        f"config.ssp.{role}_n={n}; raise it or use 'reinforce'")
+  if s.filters.min_searches > config.rollout.max_searches:
+    raise ConfigError(f"config.ssp.filters.min_searches={s.filters.min_searches} exceeds "
+                      f"config.rollout.max_searches={config.rollout.max_searches}: no proposal "
+                      "could pass")
+  if s.rag.noise_docs < 0:
+    raise ConfigError("config.ssp.rag.noise_docs must be >= 0")
+  _path("ssp.answers_path", s.answers_path)
+  _path("model.path", config.model.path)
+  _path("retrieval.index_dir", config.retrieval.index_dir)
+  _path("ssp.rag.verifier", s.rag.verifier, ("policy",))
+  _path("ssp.judge.source", s.judge.source, ("policy",))

@@ -1,0 +1,43 @@
+"""`ssp-jax train --config PATH[:ARG] [--config.field=value ...]`: Search Self-Play training.
+
+The config is validated (unknown or mistyped overrides, bad choices, missing paths) before any
+model is loaded. See docs/training.md.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from ssp_jax import config_loader
+
+DEFAULT_CONFIG = config_loader.repo_path("configs", "tiny.py")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+  config_loader.add_config_arguments(
+      parser, default=DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
+  parser.add_argument("--print_config", action="store_true",
+                      help="print the resolved config and exit")
+  parser.add_argument("--log_level", default="INFO", help="python logging level")
+
+
+def run(args: argparse.Namespace) -> int:
+  from ssp_jax.ssp.validate import ConfigError, validate_config
+  try:
+    config = config_loader.config_from_args(args)
+    if args.print_config:
+      print(config)
+      return 0
+    validate_config(config)
+  except (config_loader.ConfigOverrideError, ConfigError) as e:
+    print(f"ssp-jax train: {e}", file=sys.stderr)
+    return 2
+  logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                      format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+  os.makedirs(config.workdir, exist_ok=True)
+  with open(os.path.join(config.workdir, "config.json"), "w", encoding="utf-8") as f:
+    f.write(config.to_json_best_effort(indent=2))
+  from ssp_jax.ssp.trainer import train
+  return train(config)
