@@ -58,16 +58,17 @@ def observation_text(body: str) -> str:
 _SEARCH_RE = re.compile(re.escape(SEARCH_OPEN) + r"(.*?)" + re.escape(SEARCH_CLOSE), re.DOTALL)
 
 
-def extract_query(text: str) -> Optional[str]:
+def extract_query(text: str, open_tag: str = SEARCH_OPEN,
+                  close_tag: str = SEARCH_CLOSE) -> Optional[str]:
   """The query of the last `<search> q </search>` block of `text`, stripped; None when the text
   has no complete block or the query is empty."""
-  end = text.rfind(SEARCH_CLOSE)
+  end = text.rfind(close_tag)
   if end < 0:
     return None
-  start = text.rfind(SEARCH_OPEN, 0, end)
+  start = text.rfind(open_tag, 0, end)
   if start < 0:
     return None
-  q = text[start + len(SEARCH_OPEN):end].strip()
+  q = text[start + len(open_tag):end].strip()
   return q or None
 
 

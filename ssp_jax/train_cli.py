@@ -36,8 +36,12 @@ def run(args: argparse.Namespace) -> int:
     return 2
   logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                       format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+  logging.getLogger("absl").setLevel(logging.WARNING)   # orbax is chatty at INFO
   os.makedirs(config.workdir, exist_ok=True)
   with open(os.path.join(config.workdir, "config.json"), "w", encoding="utf-8") as f:
     f.write(config.to_json_best_effort(indent=2))
+  if config.distributed:
+    import jax
+    jax.distributed.initialize()
   from ssp_jax.ssp.trainer import train
   return train(config)

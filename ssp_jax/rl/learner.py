@@ -256,6 +256,14 @@ def make_logprob_fn(cfg: models.ModelConfig, sc: StepConfig, sharder: Sharder, p
 # --------------------------------------------------------------------------------------------
 # Host-side driver
 # --------------------------------------------------------------------------------------------
+_COMPILED: dict = {}
+
+
+def _opt_key(rl: ml_collections.ConfigDict) -> tuple:
+  return tuple(float(rl[k]) for k in ("lr", "warmup_steps", "weight_decay", "adam_b1",
+                                       "adam_b2", "adam_eps", "grad_clip"))
+
+
 class Learner:
   """Owns the sharded train state and the compiled step; `update(batch)` runs the mini-batches.
 
@@ -276,8 +284,11 @@ class Learner:
     if rl.micro_batch_size % rows:
       raise ValueError(f"rl.micro_batch_size={rl.micro_batch_size} must be a multiple of the "
                        f"{rows} devices the batch is sharded over; change it or the mesh")
-    self.tx = ts.make_optimizer(rl)
     pdt = ts.dtype_of(rl.param_dtype)
+    key = (cfg, self.sc, _opt_key(rl), self.sharder, str(pdt), rl.kl_coef != 0.0)
+    if key not in _COMPILED:  # one compiled step per distinct setup, shared by Learners
+      _COMPILED[key] = ts.make_optimizer(rl)
+    self.tx = _COMPILED[key]
     self.abstract_state, self.state_shardings = ts.state_shardings(cfg, self.tx, self.sharder, pdt)
     self.state = ts.create_train_state(cfg, self.tx, self.sharder, seed=rl.seed, params=params,
                                        param_dtype=pdt)
@@ -285,9 +296,13 @@ class Learner:
     if rl.kl_coef != 0.0:
       self.ref_params = ts.make_reference(self.state["params"], cfg, self.sharder,
                                           ts.dtype_of(rl.ref_dtype))
-    self._step = make_train_step(cfg, self.sc, self.tx, self.sharder, self.state_shardings,
-                                 with_ref=self.ref_params is not None)
-    self._logprob = make_logprob_fn(cfg, self.sc, self.sharder, self.state_shardings["params"])
+    fkey = key + ("fns",)
+    if fkey not in _COMPILED:
+      _COMPILED[fkey] = (
+          make_train_step(cfg, self.sc, self.tx, self.sharder, self.state_shardings,
+                          with_ref=self.ref_params is not None),
+          make_logprob_fn(cfg, self.sc, self.sharder, self.state_shardings["params"]))
+    self._step, self._logprob = _COMPILED[fkey]
 
   def put(self, mb: dict) -> dict:
     """[M, ...] numpy mini-batch -> [K, m, ...] device arrays with the batch shardings."""

@@ -120,28 +120,28 @@ def weighted_policy_loss(logp_NT, old_logp_NT, ref_logp_NT, adv_N, mask_NT, loss
   zero = jnp.zeros_like(logp_NT, jnp.float32)
   logp = jnp.where(keep, logp_NT.astype(jnp.float32), zero)
   old = jnp.where(keep, old_logp_NT.astype(jnp.float32), zero)
-  adv_N = jnp.where(jnp.isfinite(adv_N), adv_N, 0.0)
-  loss_w = jnp.where(keep, loss_w_NT, 0.0)
-  metric_w = jnp.where(keep, metric_w_NT, 0.0)
+  # A fully masked row's advantage is never read (a NaN there changes nothing); a NaN
+  # advantage on a row with loss tokens makes the loss NaN and the learner skips the update.
+  adv_N = jnp.where(jnp.any(keep, axis=-1), adv_N, 0.0)
+  wsum = lambda w, x: jnp.sum(jnp.where(keep, w * x, 0.0))
   terms = ppo_token_losses(logp, old, adv_N, clip_low=clip_low, clip_high=clip_high,
                            dual_clip=dual_clip)
-  pg_loss = jnp.sum(loss_w * terms["pg"])
+  pg_loss = wsum(loss_w_NT, terms["pg"])
   loss = pg_loss
-  metrics = {k: jnp.sum(metric_w * terms[k]) for k in ("clipfrac", "clipfrac_lower", "ppo_kl")}
+  metrics = {k: wsum(metric_w_NT, terms[k]) for k in ("clipfrac", "clipfrac_lower", "ppo_kl")}
   metrics["pg_loss"] = pg_loss
   if kl_coef != 0.0:
     if ref_logp_NT is None:
       raise ValueError("kl_coef != 0 needs ref_logp; pass reference log-probs or set kl_coef=0")
     ref = jnp.where(keep, ref_logp_NT.astype(jnp.float32), zero)
-    kl_NT = KL_PENALTIES.get(kl_type)(logp, ref)
-    kl_loss = jnp.sum(loss_w * kl_NT)
+    kl_loss = wsum(loss_w_NT, KL_PENALTIES.get(kl_type)(logp, ref))
     loss = loss + kl_coef * kl_loss
     metrics["kl_loss"] = kl_loss
   if entropy_NT is not None:
     ent = jnp.where(keep, entropy_NT.astype(jnp.float32), zero)
-    metrics["entropy"] = jnp.sum(metric_w * ent)
+    metrics["entropy"] = wsum(metric_w_NT, ent)
     if entropy_coef != 0.0:
-      loss = loss - entropy_coef * jnp.sum(loss_w * ent)
+      loss = loss - entropy_coef * wsum(loss_w_NT, ent)
   metrics["loss"] = loss
   return loss, metrics
 

@@ -93,6 +93,8 @@ class RolloutEngine:
       meta = dict(metas[i]) if metas else {}
       meta["prompt_truncated"] = truncated
       queue.append(_Row(i, ids, run.max_new, list(ids), meta=meta))
+    params = jax.tree.map(  # cast once, not on every decode step
+        lambda x: x.astype(self.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
     return self._loop(params, queue, len(prompts), rng, run)
 
   # -- setup helpers -------------------------------------------------------------------------
@@ -127,7 +129,7 @@ class RolloutEngine:
     B = self._batch_size(n)
     tables = self.stop_tables(run.stops)
     eos_E = jnp.asarray(list(self.tok.eos_ids) or [-1], jnp.int32)
-    steps = int(min(c.steps_per_call, run.max_new))
+    steps = int(c.steps_per_call)  # fixed: one compiled loop whatever max_new_tokens is
     run.cap = int(c.max_prompt_tokens) + run.max_new + int(c.prefill_chunk) + 1
     st = S.init_state(self.model_cfg, B, self._cache_len(0, 0, run.cap),
                       tables.prefix_VM.shape[1], self.cache_dtype, self.sharder)
@@ -223,7 +225,7 @@ class RolloutEngine:
         self._finish(rows, b, "eos", out)
       elif why == S.STOPPED:
         _, s = S.first_stop_end(bytes(r.segment), run.stops)
-        if s == pf.SEARCH_CLOSE and run.use_search:
+        if s == self.cfg.search_close and run.use_search:
           if len(r.queries) >= int(self.cfg.max_searches):
             self._finish(rows, b, "max_searches", out)
           elif r.budget <= 0:
@@ -238,7 +240,8 @@ class RolloutEngine:
 
   def _search(self, rows, searching: list[int], run: "_Run", out, stats) -> None:
     c = self.cfg
-    queries = [pf.extract_query(self.tok.decode(rows[b].response)) for b in searching]
+    queries = [pf.extract_query(self.tok.decode(rows[b].response), c.search_open, c.search_close)
+               for b in searching]
     ts = time.perf_counter()
     results = run_searches(self.retriever, self.tok, queries, topk=int(c.topk),
                            max_obs_tokens=int(c.max_obs_tokens),

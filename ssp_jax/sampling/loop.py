@@ -59,19 +59,17 @@ def _constrain_state(st: DecodeState, sharder: Optional[Sharder]) -> DecodeState
   return DecodeState(cache, vec(st.tok_B), vec(st.pos_B), vec(st.window_BM))
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
 def init_state(cfg: ModelConfig, batch: int, cache_len: int, window: int, cache_dtype,
                sharder: Optional[Sharder] = None) -> DecodeState:
   """An empty state: all rows at position 0 with token 0."""
-  @functools.partial(jax.jit, static_argnums=())
-  def make():
-    st = DecodeState(models.init_cache(cfg, batch, cache_len, cache_dtype),
-                     jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), jnp.int32),
-                     jnp.full((batch, window), PAD, jnp.int16))
-    return _constrain_state(st, sharder)
-  return make()
+  st = DecodeState(models.init_cache(cfg, batch, cache_len, cache_dtype),
+                   jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), jnp.int32),
+                   jnp.full((batch, window), PAD, jnp.int16))
+  return _constrain_state(st, sharder)
 
 
-@functools.partial(jax.jit, static_argnames=("new_len", "sharder"), donate_argnums=(0,))
+@functools.partial(jax.jit, static_argnames=("new_len", "sharder"))
 def resize_cache(st: DecodeState, new_len: int, sharder: Optional[Sharder] = None) -> DecodeState:
   """Grows (zero pad) or shrinks (keeps the first slots) the cache's slot axis to `new_len`."""
   def fit(x):

@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-PAD = -1
+PAD = -1     # window / token padding
+NEVER = -2   # the byte of an unused stop slot
 
 
 class StopTables(NamedTuple):
@@ -54,13 +55,17 @@ class HostStopTables:
     return StopTables(*(put(getattr(self, f.name)) for f in dataclasses.fields(self)))
 
 
+MIN_WINDOW = 15   # window sizes and stop counts are rounded up so that most stop sets share
+STOP_SLOTS = 4    # table shapes (and so one compiled decode loop)
+
+
 def build_stop_tables(token_bytes: Sequence[bytes], stops: Sequence[str]) -> HostStopTables:
   """Precomputes the per-token byte tables for `stops` (non-empty strings)."""
   stop_b = [s.encode("utf-8") for s in stops]
   if any(not s for s in stop_b):
     raise ValueError("stop strings must be non-empty")
   V = len(token_bytes)
-  M = max([len(s) for s in stop_b] + [2]) - 1
+  M = max([len(s) - 1 for s in stop_b] + [MIN_WINDOW])
   prefix = np.full((V, M), PAD, np.int16)
   suffix = np.full((V, M), PAD, np.int16)
   lens = np.zeros((V,), np.int32)
@@ -73,14 +78,13 @@ def build_stop_tables(token_bytes: Sequence[bytes], stops: Sequence[str]) -> Hos
     prefix[t, :len(head)] = np.frombuffer(head, np.uint8)
     suffix[t, M - len(tail):] = np.frombuffer(tail, np.uint8)
     contains[t] = any(s in b for s in stop_b)
-  S = max(len(stop_b), 1)
-  stops_SL = np.full((S, M + 1), PAD, np.int16)
+  S = -(-max(len(stop_b), 1) // STOP_SLOTS) * STOP_SLOTS
+  stops_SL = np.full((S, M + 1), NEVER, np.int16)
   valid_SL = np.zeros((S, M + 1), bool)
+  valid_SL[:, 0] = True  # unused slots must match byte NEVER (-2), which no window holds
   for i, s in enumerate(stop_b):
     stops_SL[i, :len(s)] = np.frombuffer(s, np.uint8)
     valid_SL[i, :len(s)] = True
-  if not stop_b:
-    valid_SL[:] = True  # an all-pad stop never matches real bytes
   return HostStopTables(prefix, suffix, lens, contains, stops_SL, valid_SL)
 
 

@@ -47,7 +47,8 @@ class Components:
 
 
 def make_sharder(config) -> models.Sharder:
-  mesh = models.make_mesh(tuple(tuple(a) for a in config.mesh.axes))
+  devices = jax.devices()[:config.mesh.num_devices or None]
+  mesh = models.make_mesh(tuple(tuple(a) for a in config.mesh.axes), devices)
   rules = tuple(tuple(r) for r in config.mesh.rules) or models.DEFAULT_RULES
   return models.Sharder(mesh, rules)
 

@@ -71,6 +71,7 @@ def base_run_config() -> ml_collections.ConfigDict:
   c.seed = 0                    # rollout RNG (per step: fold_in(seed, step))
   c.tensorboard = True          # TensorBoard events under workdir/tb
   c.progress = True             # tqdm progress bar on stderr
+  c.distributed = False         # multi-host: call jax.distributed.initialize() first
 
   c.model = ml_collections.ConfigDict()
   c.model.path = ""             # HF dir or .gguf; "" = embedded SmolLM2-135M-Instruct GGUF
@@ -79,6 +80,7 @@ def base_run_config() -> ml_collections.ConfigDict:
   c.mesh = ml_collections.ConfigDict()
   c.mesh.axes = (("data", -1), ("tensor", 1))  # mesh axes and sizes (-1: remaining devices)
   c.mesh.rules = ()             # logical -> mesh rules; () = models.DEFAULT_RULES
+  c.mesh.num_devices = 0        # use the first N devices (0 = all)
 
   c.retrieval = ml_collections.ConfigDict()
   c.retrieval.index_dir = ""    # `ssp-jax index build` output; "" = default MiniLM index

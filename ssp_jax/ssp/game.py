@@ -93,8 +93,11 @@ class SSPGame:
   def _generate(self, params, messages, key, stop, max_new_tokens) -> list[Trajectory]:
     t0 = time.perf_counter()
     out = self.engine.generate(params, messages, key, stop=stop, use_search=True,
-                               temperature=self.cfg.temperature, max_new_tokens=max_new_tokens)
-    self.timings["rollout"] += time.perf_counter() - t0
+                               temperature=self.cfg.temperature,
+                               max_new_tokens=max_new_tokens or None)
+    self.timings["rollout"] += time.perf_counter() - t0   # includes the retrieval time
+    self.timings["retrieval"] += float((getattr(self.engine, "stats", None) or {})
+                                       .get("search_s", 0.0))
     return out
 
   def sample_answers(self, step: int, round_: int = 0) -> list[AnswerItem]:
@@ -258,7 +261,7 @@ class SSPGame:
     n, out = self.cfg.solver_n, []
     by_question = {pr.question: k for k, pr in enumerate(problems) if pr.source == "fresh"}
     for p in proposals[:self.cfg.samples_per_step]:
-      rec = {"step": step, "answer": p.item.ground_truth, "hops": p.item.hops,
+      rec = {"kind": "proposal", "step": step, "answer": p.item.ground_truth, "hops": p.item.hops,
              "question": p.question, "valid": p.reason is None, "reason": p.reason,
              "searches": list(p.traj.queries),
              "documents": [d.get("title", "") for d in p.traj.all_docs],
@@ -273,7 +276,7 @@ class SSPGame:
       out.append(rec)
     for k, pr in enumerate(problems):
       if pr.source != "fresh" and len(out) < 2 * self.cfg.samples_per_step:
-        out.append({"step": step, "answer": pr.answer, "question": pr.question,
-                    "source": pr.source, "solve_rate": rates[k],
+        out.append({"kind": "problem", "step": step, "answer": pr.answer,
+                    "question": pr.question, "source": pr.source, "solve_rate": rates[k],
                     "solver_rewards": solver_r[k * n:(k + 1) * n]})
     return out

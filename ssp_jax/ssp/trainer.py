@@ -73,8 +73,12 @@ def _remove_later_samples(sample_dir: str, last_step: int) -> None:
 class Outputs:
   """metrics.jsonl, TensorBoard and the sample files of one run."""
 
-  def __init__(self, workdir: str, start_step: int, tensorboard: bool = True):
-    self.workdir = workdir
+  def __init__(self, workdir: str, start_step: int, tensorboard: bool = True,
+               enabled: bool = True):
+    self.workdir, self.enabled = workdir, enabled   # only process 0 writes on multi-host runs
+    self.tb = None
+    if not enabled:
+      return
     self.metrics_path = os.path.join(workdir, "metrics.jsonl")
     self.sample_dir = os.path.join(workdir, "samples")
     os.makedirs(self.sample_dir, exist_ok=True)
@@ -82,12 +86,13 @@ class Outputs:
     if dropped:
       log.info("dropped %d metric lines after step %d (they are redone)", dropped, start_step)
     _remove_later_samples(self.sample_dir, start_step)
-    self.tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter
       self.tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=start_step + 1)
 
   def write(self, step: int, metrics: dict, samples: list[dict]) -> None:
+    if not self.enabled:
+      return
     rec = {"step": step, **{k: v for k, v in sorted(metrics.items())}}
     with open(self.metrics_path, "a", encoding="utf-8") as f:
       f.write(json.dumps(rec) + "\n")
@@ -135,7 +140,8 @@ def train(config) -> int:
   c = build(config)
   start = c.start_step
   total = int(config.total_steps)
-  outputs = Outputs(config.workdir, start, tensorboard=config.tensorboard)
+  outputs = Outputs(config.workdir, start, tensorboard=config.tensorboard,
+                    enabled=jax.process_index() == 0)
   key = jax.random.PRNGKey(config.seed)
   from tqdm import tqdm
   bar = tqdm(total=total, initial=start, desc="ssp", unit="step", dynamic_ncols=True,

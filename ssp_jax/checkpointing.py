@@ -1,0 +1,187 @@
+"""Orbax checkpoints of the train state plus JSON state registered by other components.
+
+Layout of one checkpoint (`<dir>/<step>/`), three orbax items:
+  params   the policy params (restorable alone, e.g. for `export_hf`)
+  train    opt_state, rng, step and the non-finite counters
+  extra    JSON: every registered component's state (replay buffer, data iterator position,
+           metrics step...) and `__meta__` (the model config as an HF config dict)
+
+Saves are asynchronous (device arrays are copied to host before `save` returns, so the state
+may be donated right after) and atomic: orbax writes into `<step>.orbax-checkpoint-tmp-*` and
+renames it when complete, and listing ignores those temporary directories, so a crash mid-save
+leaves the previous checkpoint as the latest. Restores take target shardings, so a checkpoint
+saved on one mesh restores onto any other.
+
+  ckpt = Checkpointer(workdir + "/ckpt", save_every=5, keep=3, model_config=cfg)
+  ckpt.register("replay", buffer.state_dict, buffer.load_state_dict)
+  if ckpt.latest_step() is not None:
+    learner.state = ckpt.restore(learner.abstract_state, learner.state_shardings)
+  ...
+  ckpt.save(step, learner.state)        # a no-op unless step % save_every == 0 (or force=True)
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Optional
+
+import jax
+import orbax.checkpoint as ocp
+
+import models
+
+log = logging.getLogger(__name__)
+TRAIN_KEYS = ("opt_state", "rng", "step", "nonfinite", "nonfinite_total")
+META = "__meta__"
+
+
+def _sds(abstract: Any, shardings: Any) -> Any:
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                      abstract, shardings)
+
+
+class Checkpointer:
+  """A CheckpointManager wrapper: save every N steps, keep the last K, restore with shardings.
+
+  Args:
+    directory: checkpoint root (created if missing).
+    save_every: `save(step, ...)` writes only when step % save_every == 0 (unless force).
+    keep: how many most recent checkpoints to keep.
+    async_save: write in a background thread (call `wait()` / `close()` before exiting).
+    model_config: stored in each checkpoint so `export_hf` needs nothing else.
+  """
+
+  def __init__(self, directory: str, *, save_every: int = 1, keep: int = 3,
+               async_save: bool = True, model_config: Optional[models.ModelConfig] = None):
+    if save_every < 1 or keep < 1:
+      raise ValueError(f"save_every ({save_every}) and keep ({keep}) must be >= 1")
+    self.directory = os.path.abspath(directory)
+    self.save_every = save_every
+    self.model_config = model_config
+    self._components: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                           enable_async_checkpointing=async_save)
+    handlers = {"params": ocp.StandardCheckpointHandler(),
+                "train": ocp.StandardCheckpointHandler(), "extra": ocp.JsonCheckpointHandler()}
+    self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+
+  # -- components ----------------------------------------------------------------------------
+  def register(self, name: str, get_state: Callable[[], Any],
+               set_state: Callable[[Any], None]) -> None:
+    """Adds a component whose JSON-able `get_state()` is saved and `set_state(value)` is called
+    on restore (when the checkpoint has it)."""
+    if name == META or name in self._components:
+      raise ValueError(f"checkpoint component {name!r} is already registered (or reserved)")
+    self._components[name] = (get_state, set_state)
+
+  # -- save ----------------------------------------------------------------------------------
+  def should_save(self, step: int) -> bool:
+    return step % self.save_every == 0
+
+  def save(self, step: int, state: dict, *, force: bool = False) -> bool:
+    """Starts saving `state` as checkpoint `step`; returns whether a save was started."""
+    if not (force or self.should_save(step)):
+      return False
+    if step in self.manager.all_steps():
+      return False
+    extra = {name: get() for name, (get, _) in self._components.items()}
+    if self.model_config is not None:
+      extra[META] = {"model_config": self.model_config.to_hf_dict()}
+    args = ocp.args.Composite(
+        params=ocp.args.StandardSave(state["params"]),
+        train=ocp.args.StandardSave({k: state[k] for k in TRAIN_KEYS}),
+        extra=ocp.args.JsonSave(extra))
+    self.manager.save(step, args=args, force=True)
+    log.info("checkpoint %d -> %s", step, self.directory)
+    return True
+
+  def wait(self) -> None:
+    """Blocks until any asynchronous save has been committed."""
+    self.manager.wait_until_finished()
+
+  def close(self) -> None:
+    self.manager.wait_until_finished()
+    self.manager.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+  # -- restore -------------------------------------------------------------------------------
+  def latest_step(self) -> Optional[int]:
+    """Newest committed step (half-written temporary directories are not listed)."""
+    self.manager.reload()
+    return self.manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    self.manager.reload()
+    return list(self.manager.all_steps())
+
+  def _step(self, step: Optional[int]) -> int:
+    step = self.latest_step() if step is None else step
+    if step is None or step not in self.all_steps():
+      raise FileNotFoundError(f"no committed checkpoint {'' if step is None else step} in "
+                              f"{self.directory}; steps there: {self.all_steps()}")
+    return step
+
+  def restore(self, abstract_state: dict, shardings: dict, step: Optional[int] = None) -> dict:
+    """The train state of `step` (default: latest) laid out as `shardings` (any mesh), and
+    each registered component's `set_state` called with its saved value."""
+    step = self._step(step)
+    target = _sds(abstract_state, shardings)
+    out = self.manager.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(target["params"]),
+        train=ocp.args.StandardRestore({k: target[k] for k in TRAIN_KEYS}),
+        extra=ocp.args.JsonRestore()))
+    extra = out["extra"] or {}
+    for name, (_, set_state) in self._components.items():
+      if name in extra:
+        set_state(extra[name])
+      else:
+        log.warning("checkpoint %d has no state for component %r", step, name)
+    return {"params": out["params"], **out["train"]}
+
+  def restore_params(self, abstract_params: Any, shardings: Any = None,
+                     step: Optional[int] = None) -> Any:
+    """Only the policy params (shardings default to each leaf's `sharding`, or device 0)."""
+    step = self._step(step)
+    target = abstract_params if shardings is None else _sds(abstract_params, shardings)
+    out = self.manager.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(target)))
+    return out["params"]
+
+  def saved_model_config(self, step: Optional[int] = None) -> models.ModelConfig:
+    step = self._step(step)
+    extra = self.manager.restore(step, args=ocp.args.Composite(extra=ocp.args.JsonRestore()))
+    meta = (extra["extra"] or {}).get(META)
+    if not meta:
+      raise ValueError(f"checkpoint {step} in {self.directory} has no model config; pass "
+                       "model_config= to the Checkpointer that writes it")
+    return models.ModelConfig.from_hf_dict(meta["model_config"])
+
+
+def export_hf(path: str, config: models.ModelConfig, params: Any) -> None:
+  """Writes the policy as a Hugging Face directory (config.json + safetensors)."""
+  models.save_hf_checkpoint(path, config, params)
+
+
+def export_checkpoint_to_hf(ckpt_dir: str, out_dir: str, *, step: Optional[int] = None,
+                            dtype: Optional[str] = None) -> int:
+  """Restores the params of checkpoint `step` (default latest) on one device and exports them
+  to `out_dir`, optionally cast (e.g. "bfloat16"). Returns the exported step."""
+  ck = Checkpointer(ckpt_dir, async_save=False)
+  try:
+    step = ck._step(step)
+    cfg = ck.saved_model_config(step)
+    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    meta = ck.manager.item_metadata(step)["params"]
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=dev), meta)
+    params = ck.restore_params(abstract, step=step)
+  finally:
+    ck.close()
+  if dtype is not None:
+    params = jax.tree.map(lambda p: p.astype(dtype), params)
+  export_hf(out_dir, cfg, params)
+  return step

@@ -1,0 +1,92 @@
+"""Builds what `ssp-jax eval` needs from a run config: policy params, rollout engine, judge.
+
+The policy is, in order: `--checkpoint` (an HF directory, a .gguf file, or a training run's orbax
+checkpoints: a workdir, its `checkpoints/` directory, or one `checkpoints/<step>` directory), else
+`config.model.path` (the config's initial policy; "" = the embedded SmolLM2). An orbax checkpoint
+holds only params, so the tokenizer and architecture come from `config.model.path`, the model the
+run started from.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, Optional
+
+import jax
+
+from ssp_jax.ssp import build as ssp_build
+from ssp_jax.ssp import rewards
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class EvalComponents:
+  engine: Any
+  params: Any
+  judge: Optional[rewards.Judge]
+  policy: str          # what was loaded, for results.json meta
+
+
+def _orbax_dir(path: str) -> Optional[tuple[str, Optional[int]]]:
+  """(checkpoints dir, step or None=latest) if `path` is a training checkpoint location."""
+  if os.path.isdir(os.path.join(path, "checkpoints")):
+    return os.path.join(path, "checkpoints"), None
+  base = os.path.basename(os.path.normpath(path))
+  if base.isdigit() and os.path.isdir(os.path.join(path, "params")):
+    return os.path.dirname(os.path.normpath(path)), int(base)
+  if any(d.isdigit() for d in os.listdir(path)) and not os.path.exists(
+      os.path.join(path, "config.json")):
+    return path, None
+  return None
+
+
+def restore_trained_params(ckpt_dir: str, step: Optional[int], like: Any) -> tuple[Any, int]:
+  """The policy params of a training checkpoint, laid out like `like` (the base model's)."""
+  from ssp_jax.checkpointing import Checkpointer
+  abstract = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), like)
+  shardings = jax.tree.map(lambda p: p.sharding, like)
+  ck = Checkpointer(ckpt_dir, async_save=False)
+  try:
+    step = ck._step(step)
+    return ck.restore_params(abstract, shardings, step=step), step
+  finally:
+    ck.close()
+
+
+def load_policy(config, checkpoint: Optional[str], sharder):
+  """(model_cfg, params, tokenizer, description) of the policy to evaluate."""
+  dtype, fmt = config.rl.param_dtype, config.model.chat_format
+  orbax = _orbax_dir(checkpoint) if checkpoint and os.path.isdir(checkpoint) else None
+  if checkpoint and not orbax:
+    if not os.path.exists(checkpoint):
+      raise FileNotFoundError(f"--checkpoint {checkpoint!r} does not exist (give an HF directory, "
+                              "a .gguf file, or a training workdir/checkpoints directory)")
+    cfg, params, tok = ssp_build.load_model(checkpoint, sharder, dtype, fmt)
+    return cfg, params, tok, checkpoint
+  cfg, params, tok = ssp_build.load_model(config.model.path, sharder, dtype, fmt)
+  base = config.model.path or "embedded SmolLM2-135M-Instruct"
+  if not orbax:
+    return cfg, params, tok, base
+  params, step = restore_trained_params(orbax[0], orbax[1], params)
+  return cfg, params, tok, f"{orbax[0]} step {step} (base {base})"
+
+
+def build(config, checkpoint: Optional[str] = None) -> EvalComponents:
+  """Mesh -> policy -> retriever -> rollout engine -> optional judge (`config.eval.judge`)."""
+  from ssp_jax.rollout import RolloutEngine
+  sharder = ssp_build.make_sharder(config)
+  model_cfg, params, tok, desc = load_policy(config, checkpoint, sharder)
+  engine = RolloutEngine(model_cfg, tok, config.rollout,
+                         ssp_build.make_retriever(config.retrieval), sharder)
+  judge = None
+  if config.eval.judge:
+    if config.eval.judge != "ssp":
+      raise ValueError(f"config.eval.judge={config.eval.judge!r}: use \"\" (off) or \"ssp\" (the "
+                       "judge of config.ssp.judge)")
+    gen = ssp_build._text_generator(config.ssp.judge.source, engine, lambda: params, config,
+                                    sharder, config.seed + 2)
+    judge = rewards.Judge(gen, max_new_tokens=config.ssp.judge.max_new_tokens,
+                          temperature=config.ssp.judge.temperature)
+  return EvalComponents(engine, params, judge, desc)

@@ -1,0 +1,86 @@
+"""`ssp-jax eval`: the solver with search on QA benchmarks (the paper's Table 1).
+
+  ssp-jax eval --config configs/tiny.py --out runs/eval_tiny        # the shipped set, offline
+  ssp-jax eval --config configs/ssp_qwen2_5_7b_instruct.py --checkpoint runs/ssp/checkpoints \\
+      --data nq=data/nq_test.jsonl --data bamboogle=data/bamboogle_test.jsonl --out runs/eval
+
+Writes OUT/results.json, OUT/results.md and OUT/predictions_<dataset>.jsonl. See docs/eval.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from ssp_jax import config_loader
+
+DEFAULT_CONFIG = config_loader.repo_path("configs", "tiny.py")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+  config_loader.add_config_arguments(
+      parser, default=DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
+  parser.add_argument("--checkpoint", default=None,
+                      help="policy to evaluate: HF dir, .gguf, or a training workdir / its "
+                           "checkpoints dir / one checkpoints/<step> dir (default: the config's "
+                           "model.path)")
+  parser.add_argument("--data", action="append", default=[], metavar="NAME=FILE",
+                      help="dataset to evaluate (repeatable): a FlashRAG JSONL file, "
+                           "builtin:wiki_sample or tfds:BUILDER[@SPLIT] (default: "
+                           "config.eval.datasets)")
+  parser.add_argument("--limit", type=int, default=None,
+                      help="questions per dataset, sampled with --seed (default: "
+                           "config.eval.limit; 0 = all)")
+  parser.add_argument("--seed", type=int, default=None,
+                      help="subsampling seed (default: config.eval.seed)")
+  parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+  parser.add_argument("--log_level", default="INFO", help="python logging level")
+
+
+def _setup(args: argparse.Namespace):
+  """(config, {name: spec}) with the command-line flags folded into config.eval."""
+  from ssp_jax.eval import data
+  config = config_loader.config_from_args(args)
+  if "eval" not in config:
+    raise config_loader.ConfigOverrideError(
+        f"config {args.config} has no `eval` section; add config.eval = get_eval_config() "
+        "(from ssp_jax.eval import get_eval_config)")
+  with config.unlocked():
+    if args.limit is not None:
+      config.eval.limit = args.limit
+    if args.seed is not None:
+      config.eval.seed = args.seed
+  specs = data.parse_data_args(args.data) if args.data else dict(config.eval.datasets)
+  return config, specs
+
+
+def run(args: argparse.Namespace) -> int:
+  try:
+    config, specs = _setup(args)
+  except (config_loader.ConfigOverrideError, ValueError) as e:
+    print(f"ssp-jax eval: {e}", file=sys.stderr)
+    return 2
+  logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                      format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+  logging.getLogger("absl").setLevel(logging.WARNING)
+  from ssp_jax.eval import build, report, runner
+  try:
+    sets = runner.load_eval_sets(config.eval, specs)   # data errors surface before the model
+  except (OSError, ValueError, ImportError, RuntimeError) as e:
+    print(f"ssp-jax eval: {e}", file=sys.stderr)
+    return 2
+  comp = build.build(config, args.checkpoint)
+  meta = {"policy": comp.policy, "config": args.config, "data": specs,
+          "limit": config.eval.limit, "seed": config.eval.seed,
+          "max_new_tokens": config.eval.max_new_tokens or config.rollout.max_response_tokens,
+          "judge": config.eval.judge or None}
+  results, preds = runner.run_eval(comp.engine, comp.params, sets,
+                                   batch_size=config.eval.batch_size,
+                                   max_new_tokens=config.eval.max_new_tokens or None,
+                                   judge=comp.judge, seed=config.eval.seed, meta=meta)
+  paths = report.write_results(args.out, results, preds, title=f"ssp-jax eval: {comp.policy}")
+  print(report.results_markdown(results, title=f"ssp-jax eval: {comp.policy}"))
+  print(json.dumps({"results": paths["json"], "table": paths["md"]}))
+  return 0
