@@ -1,0 +1,135 @@
+"""Compile the fused train step and the decode step for a TPU topology, on a CPU host.
+
+Catches sharding errors and out-of-memory before a pod is rented: JAX lowers and compiles the
+real programs for the target chips (no TPU needed, only `libtpu` from `pip install "jax[tpu]"`,
+in its own venv) and XLA reports the per-chip memory.
+
+  python3 -m venv .venv-tpu && .venv-tpu/bin/pip install "jax[tpu]" ml-collections optax flax \
+      numpy safetensors
+  PYTHONPATH=. .venv-tpu/bin/python launch/aot_compile.py \
+      --config configs/ssp_qwen2_5_7b_instruct.py --topology v5p:4x4x2
+
+The model shape comes from `config.model.preset` (or `--preset`), else from config.json under
+`config.model.path`. Prints one JSON object per program.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import topologies
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import models
+from ssp_jax.config_loader import load_config_file
+from ssp_jax.rl import learner as learner_lib
+from ssp_jax.rl import train_state as ts
+
+
+def model_config(cfg, preset: str) -> models.ModelConfig:
+  preset = preset or cfg.model.get("preset", "")
+  if preset:
+    return models.get_preset(preset)
+  return models.ModelConfig.from_hf_dir(cfg.model.path)
+
+
+def _sds(shape, dtype, sharding):
+  return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+
+def memory_report(name, compiled, extra):
+  mem = compiled.memory_analysis()
+  gib = lambda b: round(b / 2**30, 2)
+  out = {"program": name, **extra}
+  if mem is not None:
+    out.update(argument_gib=gib(mem.argument_size_in_bytes),
+               output_gib=gib(mem.output_size_in_bytes),
+               temp_gib=gib(mem.temp_size_in_bytes),
+               alias_gib=gib(mem.alias_size_in_bytes),
+               total_per_chip_gib=gib(mem.argument_size_in_bytes + mem.output_size_in_bytes
+                                      + mem.temp_size_in_bytes - mem.alias_size_in_bytes))
+  return out
+
+
+def compile_train_step(mcfg, cfg, sharder, seq):
+  rl = cfg.rl
+  sc = learner_lib.StepConfig.from_config(rl)
+  tx = ts.make_optimizer(rl)
+  abstract, shardings = ts.state_shardings(mcfg, tx, sharder, ts.dtype_of(rl.param_dtype))
+  state = ts.with_shardings(abstract, shardings)
+  with_ref = rl.kl_coef != 0.0
+  ref = None
+  if with_ref:
+    ref = jax.tree.map(lambda a, s: _sds(a.shape, ts.dtype_of(rl.ref_dtype), s),
+                       abstract["params"], shardings["params"])
+  rows = sharder.axis_size("act_batch")
+  m = max(rl.micro_batch_size, rows)
+  # One mini-batch of the paper's layout: mini_batch_size prompts x solver_n rollouts.
+  per_update = rl.mini_batch_size * cfg.ssp.solver_n
+  K = max(per_update // m, 1)
+  bsh = learner_lib.batch_shardings(sharder)
+  batch = {"tokens": _sds((K, m, seq), jnp.int32, bsh["tokens"]),
+           "loss_mask": _sds((K, m, seq), jnp.float32, bsh["loss_mask"]),
+           "old_logp": _sds((K, m, seq), jnp.float32, bsh["old_logp"]),
+           "advantages": _sds((K, m), jnp.float32, bsh["advantages"]),
+           "role": _sds((K, m), jnp.int32, bsh["role"]),
+           "prompt": _sds((K, m), jnp.int32, bsh["prompt"])}
+  step = learner_lib.make_train_step(mcfg, sc, tx, sharder, shardings, with_ref=with_ref)
+  compiled = step.lower(state, ref, batch).compile()
+  return memory_report("train_step", compiled, {
+      "micro_batch": m, "micro_batches": K, "seq": seq, "remat": rl.remat,
+      "param_dtype": rl.param_dtype, "compute_dtype": rl.compute_dtype, "kl_ref": with_ref})
+
+
+def compile_decode_step(mcfg, cfg, sharder, batch, cache_len):
+  dtype = jnp.dtype(cfg.rollout.get("dtype", "bfloat16"))
+  p_sh = sharder.tree_shardings(models.param_logical_axes(mcfg))
+  params = jax.tree.map(lambda s, sh: _sds(s, dtype, sh), models.param_shapes(mcfg), p_sh,
+                        is_leaf=lambda x: isinstance(x, tuple))
+  cache_sh = sharder.sharding(models.decoder.CACHE_LOGICAL)
+  shape = (mcfg.num_layers, batch, cache_len, mcfg.num_kv_heads, mcfg.head_dim)
+  cache = {"k": _sds(shape, dtype, cache_sh), "v": _sds(shape, dtype, cache_sh)}
+  row = NamedSharding(sharder.mesh, P(sharder.spec(("act_batch",))[0]))
+  tok = _sds((batch, 1), jnp.int32, NamedSharding(sharder.mesh,
+                                                  P(sharder.spec(("act_batch",))[0], None)))
+  start = _sds((batch,), jnp.int32, row)
+
+  def step(p, t, s, c):
+    return models.forward_with_cache(mcfg, p, t, s, c, dtype=dtype, sharder=sharder)
+
+  compiled = jax.jit(step, donate_argnums=(3,)).lower(params, tok, start, cache).compile()
+  return memory_report("decode_step", compiled, {"batch": batch, "cache_len": cache_len})
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--config", required=True)
+  ap.add_argument("--topology", default="v5p:4x4x2", help="e.g. v5e:4x4, v5p:4x4x2, v4:2x2x2")
+  ap.add_argument("--preset", default="", help="model preset (default: config.model.preset)")
+  ap.add_argument("--seq", type=int, default=0, help="train sequence length (default: "
+                  "rollout max_prompt_tokens + max_response_tokens)")
+  ap.add_argument("--decode-batch", type=int, default=0)
+  a = ap.parse_args()
+  cfg = load_config_file(a.config)
+  mcfg = model_config(cfg, a.preset)
+  topo = topologies.get_topology_desc(a.topology, "tpu")
+  mesh = models.make_mesh(tuple(tuple(x) for x in cfg.mesh.axes), devices=topo.devices)
+  rules = tuple(cfg.mesh.rules) or models.DEFAULT_RULES
+  sharder = models.Sharder(mesh, rules)
+  seq = a.seq or (cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens)
+  head = {"topology": a.topology, "chips": len(topo.devices),
+          "device_kind": topo.devices[0].device_kind, "mesh": dict(mesh.shape),
+          "params": mcfg.num_params()}
+  print(json.dumps({**head, **compile_train_step(mcfg, cfg, sharder, seq)}), flush=True)
+  batch = a.decode_batch or cfg.rollout.batch_size
+  print(json.dumps({**head, **compile_decode_step(mcfg, cfg, sharder, batch, seq)}), flush=True)
+
+
+if __name__ == "__main__":
+  main()
