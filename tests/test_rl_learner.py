@@ -1,0 +1,250 @@
+"""Batching, the fused learner step and checkpoints on a tiny random model (CPU, one device)."""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+from ssp_jax import checkpointing
+from ssp_jax.rl import batch as batch_lib
+from ssp_jax.rl import config as rl_config
+from ssp_jax.rl import learner as learner_lib
+from ssp_jax.rl import losses
+from ssp_jax.rl import train_state as ts
+from ssp_jax.types import Trajectory
+
+CFG = models.ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                         num_heads=4, num_kv_heads=2, head_dim=8, tie_embeddings=False)
+
+
+def rl_cfg(**kw):
+  c = rl_config.get_rl_config()
+  c.compute_dtype = "float32"
+  c.ref_dtype = "float32"
+  c.micro_batch_size = 2
+  c.mini_batch_size = 8
+  c.lr = 1e-2
+  c.warmup_steps = 1
+  c.kl_coef = 0.1
+  c.logprob_chunk = 8
+  c.remat = "full"
+  c.update(kw)
+  return c
+
+
+def trajectories(n=6, seed=0):
+  """Proposer row 0, solver rows 1..n-1; an observation chunk (mask 0) in every response."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for i in range(n):
+    p = list(rng.integers(1, 64, 3 + i % 3))
+    r = list(rng.integers(1, 64, 10 + i))
+    mask = [1] * 4 + [0] * 3 + [1] * (len(r) - 7)
+    out.append(Trajectory(prompt_ids=p, response_ids=r, loss_mask=mask,
+                          logprobs=list(-rng.random(len(r)))))
+  return out
+
+
+def make_batch(n=6, seed=0, bucket=16):
+  rng = np.random.default_rng(seed + 100)
+  roles = [0] + [1] * (n - 1)
+  prompt = [0] + [1 + (i - 1) // 2 for i in range(1, n)]
+  return batch_lib.make_batch(trajectories(n, seed), rng.normal(size=n), roles,
+                              prompt_index=prompt, bucket=bucket)
+
+
+# ---------------------------------------------------------------------------- batching
+def test_make_batch_alignment_masks_and_buckets():
+  t = Trajectory(prompt_ids=[5, 6, 7], response_ids=[8, 9, 10, 11], loss_mask=[1, 0, 0, 1],
+                 logprobs=[-0.5, 0.0, 0.0, -0.25])
+  b = batch_lib.make_batch([t], [1.5], [1], bucket=4)
+  assert b["tokens"].shape == (1, 8)
+  np.testing.assert_array_equal(b["tokens"][0], [5, 6, 7, 8, 9, 10, 11, 0])
+  np.testing.assert_array_equal(b["loss_mask"][0], [0, 0, 0, 1, 0, 0, 1, 0])
+  np.testing.assert_array_equal(b["old_logp"][0], [0, 0, 0, -0.5, 0, 0, -0.25, 0])
+  assert batch_lib.bucket_length(129) == 256 and batch_lib.bucket_length(1) == 128
+  with pytest.warns(UserWarning, match="truncated"):
+    b = batch_lib.make_batch([t], [1.0], [0], bucket=4, max_len=5)
+  np.testing.assert_array_equal(b["loss_mask"][0], [0, 0, 0, 1, 0])
+  with pytest.raises(ValueError, match="one advantage and one role"):
+    batch_lib.make_batch([t], [1.0, 2.0], [0])
+
+
+def test_split_mini_batches_keeps_prompts_together_and_pads():
+  b = make_batch(7)
+  parts = batch_lib.split_mini_batches(b, 2, row_multiple=4)
+  assert len(parts) == 2 and all(p["tokens"].shape[0] == 4 for p in parts)
+  seen = [set(p["prompt"][p["prompt"] >= 0]) for p in parts]
+  assert not (seen[0] & seen[1]) and seen[0] | seen[1] == set(b["prompt"])
+  assert sum(p["loss_mask"].sum() for p in parts) == b["loss_mask"].sum()
+  assert batch_lib.num_mini_batches(256, 128) == 2
+
+
+# ---------------------------------------------------------------------------- log-probs
+@pytest.mark.parametrize("chunk", [3, 64])
+def test_chunked_logprobs_equal_full_log_softmax(chunk):
+  params = models.init_params(CFG, jax.random.PRNGKey(0))
+  tok = jnp.asarray(make_batch()["tokens"])
+  sc = learner_lib.StepConfig(compute_dtype="float32", logprob_chunk=chunk, temperature=0.7)
+  logp, ent = jax.jit(lambda p, t: learner_lib.sequence_logprobs(CFG, p, t, sc))(params, tok)
+  logits = models.decoder.forward_jit(CFG, params, tok) / 0.7
+  ls = jax.nn.log_softmax(logits, -1)
+  want = jnp.take_along_axis(ls[:, :-1], tok[:, 1:, None], -1)[..., 0]
+  np.testing.assert_allclose(logp[:, 1:], want, atol=1e-5)
+  np.testing.assert_allclose(ent[:, 1:], -(jnp.exp(ls) * ls).sum(-1)[:, :-1], atol=1e-5)
+  assert np.all(np.asarray(logp[:, 0]) == 0)
+
+
+def test_masked_tokens_get_zero_gradient_through_the_lm_head():
+  """d loss / d h[t] is exactly 0 where h[t] predicts a mask-0 token (its only use)."""
+  params = models.init_params(CFG, jax.random.PRNGKey(1))
+  b = make_batch()
+  tok = jnp.asarray(b["tokens"])
+  sc = learner_lib.StepConfig(compute_dtype="float32", logprob_chunk=8)
+  h = models.hidden_states(CFG, params, tok)
+  w = learner_lib.lm_head_weight(CFG, params)
+
+  def loss(h):
+    tgt = jnp.concatenate([tok[:, 1:], tok[:, :1] * 0], 1)
+    lp, _ = learner_lib.chunked_logprobs(w, h, tgt, chunk=sc.logprob_chunk)
+    lp = jnp.concatenate([lp[:, :1] * 0, lp[:, :-1]], 1)
+    # on-policy (ratio 1), so no token is clipped and every loss token has a gradient
+    return losses.policy_loss(lp, jax.lax.stop_gradient(lp), None, b["advantages"],
+                              b["loss_mask"], kl_coef=0.0)[0]
+
+  g = np.asarray(jax.grad(loss)(h))           # [B, T, D]; h[t] scores token t + 1
+  scores_masked = b["loss_mask"][:, 1:] == 0
+  assert np.all(g[:, :-1][scores_masked] == 0.0)
+  assert np.all(np.abs(g[:, :-1][~scores_masked]).sum(-1) > 0)
+
+
+def test_observation_old_and_ref_logprobs_change_nothing_in_the_step():
+  learner = learner_lib.Learner(CFG, rl_cfg(recompute_old_logp=False))
+  b = make_batch()
+  b2 = dict(b)
+  noise = np.random.default_rng(3).normal(size=b["old_logp"].shape).astype(np.float32)
+  b2["old_logp"] = np.where(b["loss_mask"] > 0, b["old_logp"], noise * 100)
+  sc = learner.sc
+  p = learner.state["params"]
+  p_sh = learner.state_shardings["params"]
+  grads = []
+  for bb in (b, b2):
+    mb = {k: jnp.asarray(v) for k, v in learner_lib.to_micro(bb, 2).items()}
+    grads.append(jax.jit(lambda p, mb: learner_lib.accumulate_grads(
+        p, learner.ref_params, mb, CFG, sc, None, p_sh))(p, mb))
+  for a, c in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+    np.testing.assert_array_equal(a, c)
+
+
+# ---------------------------------------------------------------------------- the step
+def test_updates_decrease_the_loss_and_change_params():
+  learner = learner_lib.Learner(CFG, rl_cfg(recompute_old_logp=False))
+  b = make_batch()
+  b["old_logp"] = np.where(b["loss_mask"] > 0, learner.logprobs(b), 0.0)  # fixed behaviour
+  p0 = jax.device_get(learner.state["params"])
+  losses = [learner.update(b)[0]["loss"] for _ in range(6)]
+  assert losses[-1] < losses[0] - 1e-3, losses
+  p1 = jax.device_get(learner.state["params"])
+  assert any(not np.array_equal(a, c) for a, c in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)))
+  assert int(learner.state["step"]) == 6 and int(learner.state["nonfinite_total"]) == 0
+
+
+def test_two_mini_batches_second_is_off_policy():
+  learner = learner_lib.Learner(CFG, rl_cfg(mini_batch_size=3))
+  m = learner.update(make_batch(8))        # 5 prompts, 3 per mini-batch
+  assert len(m) == 2
+  assert m[0]["ppo_kl"] == 0.0 and m[0]["clipfrac"] == 0.0    # recomputed old == current
+  assert m[1]["ppo_kl"] != 0.0                                # the policy moved in between
+
+
+def test_nonfinite_update_is_skipped_and_counted():
+  learner = learner_lib.Learner(CFG, rl_cfg(max_nonfinite_steps=2))
+  bad = make_batch()
+  bad["advantages"] = bad["advantages"].copy()
+  bad["advantages"][1] = np.nan
+  p0 = jax.device_get(learner.state["params"])
+  o0 = jax.device_get(learner.state["opt_state"])
+  m = learner.update(bad)[0]
+  assert m["update_ok"] == 0.0 and not np.isfinite(m["loss"])
+  for a, c in zip(jax.tree.leaves((p0, o0)), jax.tree.leaves(
+      jax.device_get((learner.state["params"], learner.state["opt_state"])))):
+    np.testing.assert_array_equal(a, c)
+  assert int(learner.state["nonfinite"]) == 1 and not learner.should_stop()
+  learner.update(bad)
+  assert learner.should_stop()
+  assert "2 consecutive" in ts.nonfinite_message(learner.state, 2)
+  learner.update(make_batch())
+  assert ts.host_scalars(learner.state) == {"step": 3, "nonfinite": 0, "nonfinite_total": 2}
+
+
+def test_config_errors_name_the_field():
+  with pytest.raises(ValueError, match="rl.remat"):
+    learner_lib.StepConfig.from_config(rl_cfg(remat="some"))
+  with pytest.raises(KeyError, match="kl_type"):
+    learner_lib.StepConfig.from_config(rl_cfg(kl_type="k9"))
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def _params_equal(a, b):
+  return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(jax.device_get(a)),
+                                                  jax.tree.leaves(jax.device_get(b))))
+
+
+def test_save_restore_continue_is_bitwise_equal(tmp_path):
+  batches = [make_batch(seed=s) for s in range(5)]
+  a = learner_lib.Learner(CFG, rl_cfg())
+  replay = {"items": [1, 2]}
+  ck = checkpointing.Checkpointer(str(tmp_path / "ck"), save_every=2, model_config=CFG)
+  ck.register("replay", lambda: dict(replay), replay.update)
+  for i, b in enumerate(batches[:2]):
+    a.update(b)
+  assert not ck.save(1, a.state) and ck.save(2, a.state)
+  replay["items"] = ["changed"]
+  for b in batches[2:]:
+    a.update(b)
+  ck.close()
+
+  fresh = learner_lib.Learner(CFG, rl_cfg())   # same seed -> same reference policy
+  ck2 = checkpointing.Checkpointer(str(tmp_path / "ck"))
+  ck2.register("replay", lambda: dict(replay), replay.update)
+  fresh.state = ck2.restore(fresh.abstract_state, fresh.state_shardings)
+  assert replay["items"] == [1, 2] and ts.host_scalars(fresh.state)["step"] == 2
+  for b in batches[2:]:
+    fresh.update(b)
+  assert _params_equal(fresh.state["params"], a.state["params"])
+  assert _params_equal(fresh.state["opt_state"], a.state["opt_state"])
+  ck2.close()
+
+
+def test_keep_last_k_and_half_written_checkpoint_is_ignored(tmp_path):
+  learner = learner_lib.Learner(CFG, rl_cfg())
+  d = str(tmp_path / "ck")
+  with checkpointing.Checkpointer(d, keep=2) as ck:
+    for step in (1, 2, 3):
+      ck.save(step, learner.state)
+  # A crash mid-save leaves orbax's temporary directory behind, with partial contents.
+  tmp = os.path.join(d, "4.orbax-checkpoint-tmp-1700000000")
+  os.makedirs(os.path.join(tmp, "params"))
+  with open(os.path.join(tmp, "params", "partial"), "wb") as f:
+    f.write(b"\0" * 10)
+  ck = checkpointing.Checkpointer(d, keep=2)
+  assert ck.all_steps() == [2, 3] and ck.latest_step() == 3
+  st = ck.restore(learner.abstract_state, learner.state_shardings)
+  assert _params_equal(st["params"], learner.state["params"])
+  with pytest.raises(FileNotFoundError, match="no committed checkpoint 7"):
+    ck.restore(learner.abstract_state, learner.state_shardings, step=7)
+  ck.close()
+
+
+def test_export_to_hf_round_trips(tmp_path):
+  learner = learner_lib.Learner(CFG, rl_cfg())
+  learner.update(make_batch())
+  d = str(tmp_path / "ck")
+  with checkpointing.Checkpointer(d, model_config=CFG) as ck:
+    ck.save(1, learner.state)
+  assert checkpointing.export_checkpoint_to_hf(d, str(tmp_path / "hf")) == 1
+  cfg2, params = models.load_hf_checkpoint(str(tmp_path / "hf"))
+  assert cfg2 == CFG
+  assert _params_equal(params, learner.state["params"])
