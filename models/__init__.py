@@ -5,3 +5,5 @@ from models.decoder import (forward, forward_with_cache, hidden_states, init_cac
 from models.presets import PRESETS, get_preset
 from models.sharding import DEFAULT_RULES, Sharder, make_mesh
 from models.hf_io import CheckpointError, load_hf_checkpoint, save_hf_checkpoint
+from models.gguf_io import export_gguf_tokenizer, load_gguf
+from models.checkpoint import default_model_path, load_checkpoint
