@@ -129,6 +129,16 @@ def train_one_step(c: Components, step: int, key) -> tuple[dict, list[dict]]:
   return metrics, out.samples
 
 
+def latest_checkpoint(workdir: str):
+  """The newest committed checkpoint step under workdir/checkpoints, or None (cheap: no model)."""
+  root = os.path.join(workdir, "checkpoints")
+  if not os.path.isdir(root):
+    return None
+  steps = [int(d) for d in os.listdir(root)
+           if d.isdigit() and os.path.isdir(os.path.join(root, d))]
+  return max(steps, default=None)
+
+
 def _postfix(metrics: dict) -> dict[str, str]:
   short = {"proposer/valid_rate": "valid", "solver/reward_mean": "solve", "loss": "loss"}
   return {short[k]: f"{metrics.get(k, 0.0):.3g}" for k in MAIN_METRICS}
@@ -137,6 +147,11 @@ def _postfix(metrics: dict) -> dict[str, str]:
 def train(config) -> int:
   """Runs (or resumes) training to `config.total_steps`; returns the exit code."""
   validate_config(config)
+  done = latest_checkpoint(config.workdir)
+  if done is not None and done >= int(config.total_steps):
+    log.info("%s already has checkpoint %d >= total_steps=%d; nothing to do", config.workdir,
+             done, config.total_steps)
+    return 0
   c = build(config)
   start = c.start_step
   total = int(config.total_steps)
@@ -153,6 +168,8 @@ def train(config) -> int:
       metrics, samples = train_one_step(c, step, key)
       metrics["time/step"] = time.perf_counter() - t0
       done = step + 1
+      for rec in samples:
+        rec["step"] = done
       if c.evaluator is not None and config.eval.every_steps and \
           done % config.eval.every_steps == 0:
         metrics.update(c.evaluator(c.learner.state["params"], done))

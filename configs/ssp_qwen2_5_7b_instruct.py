@@ -1,0 +1,95 @@
+"""SSP on Qwen2.5-7B-Instruct: the paper's main setting (Table 1, hyper-parameters of App. A.1).
+
+Launch (one TPU v5p-64 slice; every worker runs the same command):
+  TPU_NAME=my-v5p-64 ZONE=us-east5-a launch/run_tpu_pod.sh \\
+      --config configs/ssp_qwen2_5_7b_instruct.py:tpu,root=/data/ssp \\
+      --config.workdir=/data/ssp/runs/qwen2_5_7b
+Launch (one host with 8 GPUs):
+  launch/run_gpu.sh --config configs/ssp_qwen2_5_7b_instruct.py:gpu,root=/data/ssp \\
+      --config.workdir=/data/ssp/runs/qwen2_5_7b
+
+Local files under `root` (nothing is downloaded at run time):
+  models/Qwen2.5-7B-Instruct/           HF checkpoint (config.json + *.safetensors + tokenizer)
+  indexes/e5_wiki18_flat/               `ssp-jax index build --corpus corpus/wiki-18.jsonl
+                                         --encoder models/e5-base-v2 --out indexes/e5_wiki18_flat`
+  corpus/wiki-18.jsonl                  the Search-R1 Wikipedia 2018 dump ({"id", "contents"})
+  data/train_answers_random_hop_50000_proposer.jsonl   the 50k-answer set of the paper
+Or serve the index elsewhere (`ssp-jax retrieve`) and pass --config.retrieval.url=http://host:8000.
+
+Expected: the proposer's valid-question rate rises over the first tens of steps and the solver's
+average score on the seven QA benchmarks (greedy, `ssp-jax eval`) improves by about 8 points over
+the base model after 200 steps (paper Table 1: 8.0 average points).
+"""
+import ml_collections
+
+from ssp_jax.ssp.config import base_run_config
+
+PLATFORMS = ("tpu", "gpu")
+
+
+def _parse(arg):
+  """"tpu,root=/data/ssp" -> ("tpu", "/data/ssp")."""
+  platform, root = "tpu", "/data/ssp"
+  for part in filter(None, (arg or "").split(",")):
+    if part.startswith("root="):
+      root = part[len("root="):]
+    elif part in PLATFORMS:
+      platform = part
+    else:
+      raise ValueError(f"config arg {part!r}: use tpu|gpu and root=PATH, e.g. 'gpu,root=/data'")
+  return platform, root
+
+
+def get_config(arg=None) -> ml_collections.ConfigDict:
+  platform, root = _parse(arg)
+  c = base_run_config()
+  c.workdir = f"{root}/runs/ssp_qwen2_5_7b_instruct"
+  c.total_steps = 200                 # paper: 150-200 steps
+  c.distributed = platform == "tpu"   # multi-host TPU slice: jax.distributed.initialize()
+  c.model.path = f"{root}/models/Qwen2.5-7B-Instruct"
+  c.retrieval.index_dir = f"{root}/indexes/e5_wiki18_flat"   # E5-base-v2, flat inner product
+  c.ssp.answers_path = f"{root}/data/train_answers_random_hop_50000_proposer.jsonl"
+  c.checkpoint.every = 5              # original save_freq
+  c.checkpoint.keep = 3
+
+  # One v5p-64 slice = 32 chips (JAX devices): FSDP over 8 x tensor parallel 4.
+  # One 8-GPU host: FSDP over 2 x tensor parallel 4.
+  c.mesh.axes = (("data", -1), ("tensor", 4))
+
+  r = c.rollout
+  r.batch_size = 256 if platform == "tpu" else 128   # decode slots (KV-cache rows)
+  r.max_prompt_tokens = 4096          # paper: max prompt length 4096
+  r.max_response_tokens = 8192        # paper: max response length 8192 (observations included)
+  r.temperature = 1.0                 # paper: rollout temperature 1.0
+  r.max_searches = 10                 # paper: at most 10 searches per trajectory
+  r.topk = 3                          # paper: E5 top-3 documents per search
+
+  rl = c.rl
+  rl.lr = 1e-6                        # paper: learning rate 1e-6
+  rl.warmup_steps = 5                 # original: 5 warm-up steps
+  rl.kl_coef = 0.01                   # paper: KL coefficient 0.01 (k3, loss term)
+  rl.temperature = 1.0
+  rl.mini_batch_size = 128            # paper: mini-batch 128 prompts (256 -> 2 updates a role)
+  rl.max_len = 4096 + 8192
+  rl.micro_batch_size = 8             # multiple of the data axis (8 on TPU, 2 on GPU)
+  rl.proposer_estimator = "reinforce" # paper: proposer REINFORCE (n=1)
+  rl.solver_estimator = "grpo"        # paper: solver GRPO (n=5)
+
+  s = c.ssp
+  s.batch_size = 256                  # paper: global batch 256
+  s.proposer_n = 1
+  s.solver_n = 5
+  s.temperature = 1.0
+  s.fill.strategy = "replay"          # paper: replay buffer with periodic reset ...
+  s.fill.reset_every = 10             # ... every 10 steps
+  s.rag.noise_docs = 4                # paper: 4 noise documents in RAG verification
+  s.rag.verifier = "policy"           # the paper's App. A uses Qwen2.5-32B-Instruct: set
+                                      # --config.ssp.rag.verifier={root}/models/Qwen2.5-32B-Instruct
+  s.reward.solver = "em_then_judge"   # binary EM, then the LLM judge for non-matches
+  s.reward.invalid_proposal = 0.0     # paper B.3: -0.1 collapses training
+
+  c.eval.every_steps = 0              # set to 5 (original test_freq) with local QA files:
+  c.eval.datasets = ml_collections.ConfigDict({
+      name: f"{root}/data/qa/{name}.jsonl" for name in (
+          "nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")})
+  return c

@@ -1,0 +1,188 @@
+"""A whole SSP step on a tiny random model: the real rollout engine, retriever and learner.
+
+Scripted stand-ins only where a random model cannot produce the behaviour: the proposer (its
+outputs must search twice and pass the filters; its searches still go to the real retriever and
+its tokens/masks are built like the engine's) and the RAG verifier (an oracle reader that answers
+correctly exactly when the ground truth is in the materials it is given).
+"""
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from ssp_jax import prompts_format as pf
+from ssp_jax.rl import batch as batch_lib
+from ssp_jax.rl.advantages import grpo_advantages
+from ssp_jax.rl.config import get_rl_config
+from ssp_jax.rl.learner import Learner
+from ssp_jax.rollout import RolloutEngine, get_rollout_config
+from ssp_jax.ssp import game as G
+from ssp_jax.ssp import rewards
+from ssp_jax.ssp.answers import AnswerItem
+from ssp_jax.ssp.config import get_ssp_config
+from ssp_jax.testing.small_retriever import SmallBM25Retriever
+from ssp_jax.testing.tiny_checkpoint import load_params, make_tiny_checkpoint
+from ssp_jax.tokenizer import load_tokenizer
+from ssp_jax.types import Trajectory
+
+ANSWERS = [AnswerItem("Herman Melville", 2), AnswerItem("Edinburgh", 2),
+           AnswerItem("Warsaw", 2)]
+LEAKY = "Warsaw"   # its scripted question contains the answer: the filter must reject it
+
+
+class ScriptedProposer:
+  """Proposer calls are scripted (two real searches, then a question); others go to `engine`."""
+
+  def __init__(self, engine, tok, retriever):
+    self.engine, self.tok, self.retriever = engine, tok, retriever
+    self.questions = {}
+
+  @property
+  def stats(self):
+    return self.engine.stats
+
+  def generate(self, params, prompts, rng, *, stop=None, **kw):
+    if stop and "</question>" in stop:
+      return [self._propose(p) for p in prompts]
+    return self.engine.generate(params, prompts, rng, stop=stop, **kw)
+
+  def _propose(self, messages) -> Trajectory:
+    answer = re.search(r"The answer is: (.*)\n", messages[-1]["content"]).group(1)
+    queries = [f"{answer}", f"{answer} city river capital born"]
+    docs = self.retriever.search(queries, 2)
+    q = (f"Which place or person is linked to the clue about {answer}, as found by the two "
+         f"searches?" if answer == LEAKY else
+         f"Which person or place is described by the documents found in search round "
+         f"{len(self.questions)}?")
+    self.questions[q] = answer
+    ids, mask = [], []
+    for i, query in enumerate(queries):
+      seg = self.tok.encode(f"<think> step {i} </think><search> {query} </search>")
+      obs = self.tok.encode(pf.observation_text(pf.render_docs(docs[i])))
+      ids += seg + obs
+      mask += [1] * len(seg) + [0] * len(obs)
+    last = self.tok.encode(f"<question> {q} </question>")
+    ids += last
+    mask += [1] * len(last)
+    text = self.tok.decode(ids)
+    return Trajectory(self.tok.prompt_ids(messages), ids, mask,
+                      [-1.0 if m else 0.0 for m in mask], text=text, queries=queries, docs=docs,
+                      num_searches=2, stop_reason="question")
+
+
+class OracleReader:
+  """RAG verifier stand-in: answers right iff the ground truth is in the given materials."""
+
+  def __init__(self, proposer, fail=False):
+    self.proposer, self.fail, self.calls = proposer, fail, 0
+
+  def generate_text(self, messages, *, max_new_tokens, temperature):
+    self.calls += 1
+    if self.fail:
+      raise RuntimeError("verifier server down")
+    out = []
+    for m in messages:
+      content = m[-1]["content"]
+      q = content.rsplit("Question: ", 1)[1].strip()
+      gt = self.proposer.questions[q]
+      out.append(f"<answer>{gt}</answer>" if gt in content else "<answer>unknown</answer>")
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+  path = make_tiny_checkpoint(str(tmp_path_factory.mktemp("tiny")))
+  cfg, params = load_params(path)
+  tok = load_tokenizer(path)
+  rc = get_rollout_config()
+  rc.update(batch_size=8, max_prompt_tokens=1024, max_response_tokens=24, cache_min_len=64,
+            steps_per_call=16, dtype="float32", cache_dtype="float32", max_obs_tokens=64, topk=2)
+  retriever = SmallBM25Retriever()
+  engine = ScriptedProposer(RolloutEngine(cfg, tok, rc, retriever), tok, retriever)
+  rl = get_rl_config()
+  rl.update(compute_dtype="float32", ref_dtype="float32", micro_batch_size=2, mini_batch_size=64,
+            lr=1e-3, logprob_chunk=64, remat="none", max_len=2048, bucket=64)
+  return dict(cfg=cfg, params=params, tok=tok, engine=engine, rl=rl)
+
+
+def ssp_cfg(**kw):
+  s = get_ssp_config()
+  s.update(batch_size=3, solver_n=2, solver_max_new_tokens=24, samples_per_step=3, **kw)
+  s.reward.solver = "em"
+  return s
+
+
+def test_whole_step_trajectories_rewards_masks_and_update(world):
+  eng = world["engine"]
+  game = G.SSPGame(ssp_cfg(), world["rl"], eng, ANSWERS, verifier=OracleReader(eng))
+  out = game.play(world["params"], 0, jax.random.PRNGKey(0))
+  m = out.metrics
+  # 3 proposals (1 leaks its answer), 2 valid -> 2 fresh problems + 1 dummy (empty buffer)
+  assert m["proposer/valid_rate"] == pytest.approx(2 / 3)
+  assert m["proposer/reject/answer_in_question"] == pytest.approx(1 / 3)
+  assert m["proposer/rag_pass_rate"] == 1.0
+  assert (m["batch/fresh"], m["batch/replay"], m["batch/dummy"]) == (2, 0, 1)
+  assert len(out.trajectories) == 3 + 3 * 2
+  assert list(out.roles) == [G.PROPOSER] * 3 + [G.SOLVER] * 6
+  # solver rewards: recomputed from the real engine's text
+  solver = out.trajectories[3:]
+  r = [t.meta["reward"] for t in solver]
+  problems = [t.meta["problem"] for t in solver]
+  assert problems == [0, 0, 1, 1, 2, 2]
+  for t in solver:
+    assert len(t.response_ids) == len(t.loss_mask) == len(t.logprobs) > 0
+  answers = [s["answer"] for s in out.samples if s.get("valid")] + ["none"]  # + the dummy
+  want = [rewards.solver_score(t.text, answers[t.meta["problem"]], "em")[0] for t in solver]
+  assert r == want
+  # proposer rewards: 1 - solve rate if valid, 0 if not; REINFORCE advantage = reward
+  proposals = [s for s in out.samples if s["kind"] == "proposal"]
+  assert len(proposals) == 3
+  by_ans = {s["answer"]: s for s in proposals}
+  assert by_ans[LEAKY]["proposer_reward"] == 0.0 and by_ans[LEAKY]["reason"] == \
+      "answer_in_question"
+  for s in proposals:
+    if s["valid"]:
+      assert s["proposer_reward"] == pytest.approx(1 - s["solve_rate"])
+      assert s["documents"] and s["searches"]
+  prop_r = [p["proposer_reward"] for p in proposals]
+  np.testing.assert_allclose(out.advantages[:3], prop_r)
+  np.testing.assert_allclose(out.advantages[3:],
+                             grpo_advantages(np.asarray(r, np.float32),
+                                             np.asarray(problems)), atol=1e-6)
+  # masks: observation tokens of the proposer never reach the loss
+  batch = batch_lib.make_batch(out.trajectories, out.advantages, out.roles,
+                               prompt_index=out.prompt_index, bucket=64, max_len=2048)
+  for row, t in enumerate(out.trajectories):
+    assert batch["loss_mask"][row].sum() == sum(t.loss_mask)
+  assert sum(out.trajectories[0].loss_mask) < len(out.trajectories[0].response_ids)
+  # the update moves the params and reports finite metrics
+  learner = Learner(world["cfg"], world["rl"], params=world["params"])
+  before = jax.tree.map(np.asarray, learner.state["params"])
+  metrics = learner.update(batch)
+  assert metrics and all(np.isfinite(v) for mm in metrics for v in mm.values())
+  after = jax.tree.map(np.asarray, learner.state["params"])
+  moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), before, after))
+  assert max(moved) > 0
+  # the valid questions entered the replay buffer; the next step reuses them
+  assert len(game.buffer) == 2
+  out2 = game.play(world["params"], 1, jax.random.PRNGKey(0))
+  assert out2.metrics["batch/replay"] == 1 and out2.metrics["batch/dummy"] == 0
+
+
+def test_verifier_failure_rejects_and_fixed_opponents(world):
+  eng = world["engine"]
+  game = G.SSPGame(ssp_cfg(), world["rl"], eng, ANSWERS, verifier=OracleReader(eng, fail=True))
+  out = game.play(world["params"], 0, jax.random.PRNGKey(1))
+  assert out.metrics["proposer/valid_rate"] == 0.0
+  assert out.metrics["proposer/reject/verifier_error"] == pytest.approx(2 / 3)
+  assert out.metrics["batch/dummy"] == 3
+  solver_only = G.SSPGame(ssp_cfg(mode="solver_only"), world["rl"], eng, ANSWERS,
+                          verifier=OracleReader(eng))
+  out = solver_only.play(world["params"], 0, jax.random.PRNGKey(2), frozen_params=world["params"])
+  assert set(out.roles.tolist()) == {G.SOLVER} and len(out.trajectories) == 6
+  proposer_only = G.SSPGame(ssp_cfg(mode="proposer_only"), world["rl"], eng, ANSWERS,
+                            verifier=OracleReader(eng))
+  out = proposer_only.play(world["params"], 0, jax.random.PRNGKey(3),
+                           frozen_params=world["params"])
+  assert set(out.roles.tolist()) == {G.PROPOSER} and len(out.trajectories) == 3
