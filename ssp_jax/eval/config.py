@@ -16,7 +16,8 @@ def get_eval_config() -> ml_collections.ConfigDict:
     seed: subsampling seed.
     every_steps: run the evaluation inside training every N steps (0: never); metrics are logged
       as `val/{dataset}/{metric}`.
-    batch_size: questions per rollout-engine call.
+    batch_size: questions per rollout-engine call (0: a whole dataset per call; the engine decodes
+      `rollout.batch_size` of them at a time and refills slots as rollouts finish).
     max_new_tokens: token budget of one solver rollout (0: the rollout config's value).
     tfds_data_dir: TFDS data directory for `tfds:` specs ("" = the TFDS default).
     judge: "" reports EM and F1 only; "ssp" also reports the `judge` metric (the paper's headline
@@ -28,7 +29,7 @@ def get_eval_config() -> ml_collections.ConfigDict:
   c.limit = 500
   c.seed = 0
   c.every_steps = 0
-  c.batch_size = 32
+  c.batch_size = 0
   c.max_new_tokens = 0
   c.tfds_data_dir = ""
   c.judge = ""

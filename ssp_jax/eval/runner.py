@@ -82,10 +82,12 @@ def add_judge(judge, preds: list[dict]) -> None:
 
 def rollouts(engine, params, examples: Sequence[dict], rng: jax.Array, *, batch_size: int,
              max_new_tokens: Optional[int]) -> list[Trajectory]:
-  """Greedy solver rollouts with search, `batch_size` questions per engine call, in order."""
+  """Greedy solver rollouts with search, `batch_size` questions per engine call (<= 0: all in
+  one call), in order."""
   trajs: list[Trajectory] = []
-  for start in range(0, len(examples), max(1, batch_size)):
-    chunk = examples[start:start + batch_size]
+  step = batch_size if batch_size > 0 else max(1, len(examples))
+  for start in range(0, len(examples), step):
+    chunk = examples[start:start + step]
     msgs = [prompts.solver_messages(e["question"]) for e in chunk]
     out = engine.generate(params, msgs, jax.random.fold_in(rng, start), stop=SOLVER_STOPS,
                           use_search=True, temperature=0.0, max_new_tokens=max_new_tokens)
@@ -107,7 +109,7 @@ def run_dataset(engine, params, examples: Sequence[dict], rng: jax.Array, *, bat
   return preds
 
 
-def run_eval(engine, params, datasets: dict[str, Sequence[dict]], *, batch_size: int = 32,
+def run_eval(engine, params, datasets: dict[str, Sequence[dict]], *, batch_size: int = 0,
              max_new_tokens: Optional[int] = None, judge=None, seed: int = 0,
              meta: Optional[dict] = None) -> tuple[dict[str, Any], dict[str, list[dict]]]:
   """Runs every dataset; returns (results dict as in results.json, predictions per dataset)."""
@@ -140,7 +142,7 @@ def flat_metrics(results: dict[str, Any], prefix: str = "val") -> dict[str, floa
   return out
 
 
-def evaluate(engine, params, datasets: dict[str, Sequence[dict]], *, batch_size: int = 32,
+def evaluate(engine, params, datasets: dict[str, Sequence[dict]], *, batch_size: int = 0,
              max_new_tokens: Optional[int] = None, judge=None, seed: int = 0,
              out_dir: Optional[str] = None, meta: Optional[dict] = None,
              prefix: str = "val") -> dict[str, float]:
