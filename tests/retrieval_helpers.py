@@ -1,6 +1,7 @@
 """Shared pieces of the retrieval tests: a tiny random BERT encoder directory and small corpora."""
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -37,15 +38,19 @@ def write_corpus(path: str, records: list[dict]) -> str:
   return path
 
 
-def distinctive_sentence(contents: str) -> str:
-  """The longest sentence of a passage's text (ties: the first), used as its query."""
+def distinctive_span(contents: str, n_sentences: int = 1) -> str:
+  """The n longest sentences of a passage's text (in passage order): a query that only this
+  passage answers verbatim. n=1 is "a distinctive sentence"."""
   text = contents.split("\n", 1)[1]
-  sents = [s.strip() for s in text.replace("? ", ". ").replace("! ", ". ").split(". ") if s.strip()]
-  return max(sents, key=lambda s: len(s.split()))
+  sents = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
+  top = sorted(range(len(sents)), key=lambda i: -len(sents[i].split()))[:n_sentences]
+  return " ".join(sents[i] for i in sorted(top))
 
 
-def recall_at_1(retriever, records: list[dict], sample: list[int]) -> float:
-  queries = [distinctive_sentence(records[i]["contents"]) for i in sample]
-  results = retriever.search(queries, 1)
-  hits = [res[0]["id"] == records[i]["id"] for res, i in zip(results, sample)]
+def recall_at_k(retriever, records: list[dict], sample: list[int], k: int = 1,
+                n_sentences: int = 1) -> float:
+  """Fraction of sampled passages found in the top k when queried with their distinctive span."""
+  queries = [distinctive_span(records[i]["contents"], n_sentences) for i in sample]
+  results = retriever.search(queries, k)
+  hits = [records[i]["id"] in [d["id"] for d in res] for res, i in zip(results, sample)]
   return float(np.mean(hits))
