@@ -55,3 +55,34 @@ def test_greedy_results_do_not_depend_on_batching(engine_params):
   whole = runner.run_dataset(eng, params, exs, key, batch_size=0, max_new_tokens=24)
   chunked = runner.run_dataset(eng, params, exs, key, batch_size=2, max_new_tokens=24)
   assert [p["response"] for p in whole] == [p["response"] for p in chunked]
+
+
+def test_load_policy_from_training_checkpoints(tmp_path):
+  """--checkpoint pointing at a run's orbax checkpoints restores the trained params (any of: the
+  workdir, its checkpoints/ dir, one checkpoints/<step> dir); an HF dir loads directly."""
+  import jax.numpy as jnp
+  import numpy as np
+  from ssp_jax import checkpointing
+  from ssp_jax.eval import build
+  from ssp_jax.ssp.config import base_run_config
+  path = make_tiny_checkpoint(str(tmp_path / "hf"))
+  cfg, base = load_params(path)
+  trained = jax.tree.map(lambda p: p * 2.0, base)
+  state = {"params": trained, "opt_state": {}, "rng": jax.random.PRNGKey(0),
+           "step": jnp.int32(3), "nonfinite": jnp.int32(0), "nonfinite_total": jnp.int32(0)}
+  with checkpointing.Checkpointer(str(tmp_path / "run" / "checkpoints"),
+                                  async_save=False) as ck:
+    ck.save(3, state, force=True)
+  config = base_run_config()
+  config.model.path = path
+  config.mesh.num_devices = 1
+  sharder = build.ssp_build.make_sharder(config)
+  leaf = lambda tree: np.asarray(jax.tree.leaves(tree)[0])
+  for where in ("run", "run/checkpoints", "run/checkpoints/3"):
+    _, params, _, desc = build.load_policy(config, str(tmp_path / where), sharder)
+    np.testing.assert_allclose(leaf(params), leaf(trained), rtol=1e-6)
+    assert "step 3" in desc
+  _, params, _, desc = build.load_policy(config, path, sharder)      # HF dir: loaded as is
+  np.testing.assert_allclose(leaf(params), leaf(base), rtol=1e-6)
+  with pytest.raises(FileNotFoundError, match="--checkpoint"):
+    build.load_policy(config, str(tmp_path / "nope"), sharder)
