@@ -1,0 +1,221 @@
+"""Throughput and model-FLOPs utilisation of the fused RL train step; prints one JSON line.
+
+The step is the learner's (`ssp_jax.rl.learner.make_train_step`): policy forward + backward
+with chunked log-probs, reference forward (when --kl-coef > 0), loss, gradient accumulation
+over micro-batches (`lax.scan`) and the AdamW update, params fp32 master + fp32 optimizer
+state, compute in --compute-dtype, random weights, every token a loss token.
+
+GPU (the issue's setting; flash attention through cuDNN):
+  python bench/train_step.py --preset qwen2.5-1.5b --seq 4096 --attn-impl cudnn
+CPU smoke test (seconds):
+  python bench/train_step.py --tiny --seq 64 --micro-batch 2 --steps 2
+
+MFU counts 6N FLOPs per token (N: every matmul parameter, lm_head included) plus causal
+attention 6 * L * T * N_heads * H, against --peak-tflops per device (989 dense bf16 H100/H200
+datasheet) and also against 797 (the bf16 matmul rate measured on the H200). `mfu_incl_ref`
+also counts the reference forward (2N + attention / 3) that the fused step runs for the KL.
+Without --micro-batch, the largest micro-batch that fits is searched: XLA's memory analysis
+of two compiles (1 and 2 rows) gives a linear model, the largest power of two under it is
+compiled and checked, halving until it fits.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import models  # noqa: E402
+from ssp_jax.rl import config as rl_config  # noqa: E402
+from ssp_jax.rl import learner as learner_lib  # noqa: E402
+from ssp_jax.rl import train_state as ts  # noqa: E402
+
+TINY = models.ModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2,
+                          num_heads=4, num_kv_heads=2, head_dim=16)
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--preset", default="qwen2.5-1.5b", help="models.presets name")
+  p.add_argument("--tiny", action="store_true", help="a tiny model (CPU smoke test)")
+  p.add_argument("--layers", type=int, default=0, help="override the number of layers")
+  p.add_argument("--seq", type=int, default=4096, help="tokens per sequence (T)")
+  p.add_argument("--micro-batch", type=int, default=0, help="rows per micro-batch; 0 searches")
+  p.add_argument("--tokens-per-step", type=int, default=65536,
+                 help="tokens per optimizer update (micro-batches accumulated to reach it)")
+  p.add_argument("--num-micro", type=int, default=0, help="micro-batches per update (overrides)")
+  p.add_argument("--steps", type=int, default=5, help="timed updates (after one warm-up)")
+  p.add_argument("--remat", default="full", help="models.decoder.REMAT_POLICIES key")
+  p.add_argument("--compute-dtype", default="bfloat16")
+  p.add_argument("--param-dtype", default="float32", help="master params and optimizer state")
+  p.add_argument("--kl-coef", type=float, default=0.01, help="0 drops the reference forward")
+  p.add_argument("--attn-impl", default="auto", help="xla | cudnn | auto (cudnn on GPU)")
+  p.add_argument("--logprob-chunk", type=int, default=1024)
+  p.add_argument("--data", type=int, default=-1, help="mesh data axis (-1: all devices)")
+  p.add_argument("--tensor", type=int, default=1, help="mesh tensor axis")
+  p.add_argument("--peak-tflops", type=float, default=989.0, help="per-device dense peak")
+  p.add_argument("--mem-fraction", type=float, default=0.92, help="of bytes_limit to allow")
+  p.add_argument("--max-micro-batch", type=int, default=64)
+  return p.parse_args(argv)
+
+
+def model_config(a) -> models.ModelConfig:
+  import dataclasses
+  cfg = TINY if a.tiny else models.get_preset(a.preset)
+  if a.layers:
+    cfg = dataclasses.replace(cfg, num_layers=a.layers)
+  return cfg
+
+
+def flops_per_token(cfg: models.ModelConfig, T: int) -> tuple[float, float]:
+  """(train FLOPs/token: 6N + causal attention, reference forward FLOPs/token)."""
+  n = cfg.num_params(include_embedding=False) + (
+      cfg.vocab_size * cfg.hidden_size if cfg.tie_embeddings else 0)
+  attn = 6.0 * cfg.num_layers * T * cfg.num_heads * cfg.head_dim
+  return 6.0 * n + attn, 2.0 * n + attn / 3.0
+
+
+def build(a, cfg):
+  rl = rl_config.get_rl_config()
+  rl.update(kl_coef=a.kl_coef, remat=a.remat, compute_dtype=a.compute_dtype,
+            param_dtype=a.param_dtype, ref_dtype=a.compute_dtype, logprob_chunk=a.logprob_chunk)
+  on_gpu = jax.devices()[0].platform == "gpu"
+  rl.attn_impl = ("cudnn" if on_gpu else "xla") if a.attn_impl == "auto" else a.attn_impl
+  sharder = models.Sharder(models.make_mesh((("data", a.data), ("tensor", a.tensor))))
+  tx = ts.make_optimizer(rl)
+  _, state_sh = ts.state_shardings(cfg, tx, sharder, ts.dtype_of(a.param_dtype))
+  return rl, sharder, tx, state_sh
+
+
+def fake_batch(cfg, K, m, T, sharder, seed=0):
+  rng = np.random.default_rng(seed)
+  mask = np.ones((K, m, T), np.float32)
+  mask[..., : T // 8] = 0  # a prompt
+  b = {"tokens": rng.integers(0, cfg.vocab_size, (K, m, T), dtype=np.int32),
+       "loss_mask": mask, "old_logp": np.full((K, m, T), -8.0, np.float32),
+       "advantages": rng.normal(size=(K, m)).astype(np.float32),
+       "role": (rng.random((K, m)) < 0.2).astype(np.int32), "prompt": np.zeros((K, m), np.int32)}
+  sh = learner_lib.batch_shardings(sharder)
+  return {k: jax.device_put(v, sh[k]) for k, v in b.items()}
+
+
+def abstract_batch(cfg, K, m, T, sharder):
+  sh = learner_lib.batch_shardings(sharder)
+  shapes = {"tokens": ((K, m, T), jnp.int32), "loss_mask": ((K, m, T), jnp.float32),
+            "old_logp": ((K, m, T), jnp.float32), "advantages": ((K, m), jnp.float32),
+            "role": ((K, m), jnp.int32), "prompt": ((K, m), jnp.int32)}
+  return {k: jax.ShapeDtypeStruct(s, d, sharding=sh[k]) for k, (s, d) in shapes.items()}
+
+
+def compile_step(a, cfg, rl, sharder, tx, state_sh, K, m):
+  sc = learner_lib.StepConfig.from_config(rl)
+  sc = learner_lib.StepConfig(**{**sc.__dict__, "micro_batch_size": m})
+  step = learner_lib.make_train_step(cfg, sc, tx, sharder, state_sh, with_ref=a.kl_coef != 0)
+  abstract, _ = ts.state_shardings(cfg, tx, sharder, ts.dtype_of(a.param_dtype))
+  st = ts.with_shardings(abstract, state_sh)
+  ref = None
+  if a.kl_coef != 0:
+    ref = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, ts.dtype_of(a.compute_dtype),
+                                                          sharding=sh),
+                       abstract["params"], state_sh["params"])
+  t0 = time.perf_counter()
+  compiled = step.lower(st, ref, abstract_batch(cfg, K, m, a.seq, sharder)).compile()
+  return step, compiled, time.perf_counter() - t0
+
+
+def peak_bytes(compiled) -> int:
+  ma = compiled.memory_analysis()
+  if ma is None:
+    return 0
+  return int(ma.temp_size_in_bytes + ma.argument_size_in_bytes + ma.output_size_in_bytes
+             - ma.alias_size_in_bytes)
+
+
+def bytes_limit() -> int:
+  stats = jax.devices()[0].memory_stats() or {}
+  return int(stats.get("bytes_limit", 0))
+
+
+def search_micro_batch(a, cfg, rl, sharder, tx, state_sh) -> tuple[int, dict]:
+  """Largest power-of-two micro-batch whose compiled step fits in memory."""
+  limit = bytes_limit() * a.mem_fraction
+  rows = sharder.axis_size("act_batch")
+  m1, m2 = rows, 2 * rows
+  p1 = peak_bytes(compile_step(a, cfg, rl, sharder, tx, state_sh, 1, m1)[1])
+  p2 = peak_bytes(compile_step(a, cfg, rl, sharder, tx, state_sh, 1, m2)[1])
+  info = {"bytes_limit": bytes_limit(), "peak_bytes_m1": p1, "peak_bytes_m2": p2}
+  if not limit or p2 <= p1:
+    return m2, info
+  per_row = (p2 - p1) / (m2 - m1)
+  guess = int((limit - p1) / per_row) + m1
+  m = rows * 2 ** int(math.floor(math.log2(max(guess // rows, 1))))
+  m = min(m, a.max_micro_batch)
+  while m > rows:
+    peak = peak_bytes(compile_step(a, cfg, rl, sharder, tx, state_sh, 1, m)[1])
+    if peak <= limit:
+      info["peak_bytes_chosen"] = peak
+      break
+    m //= 2
+  return max(m, rows), info
+
+
+def main(argv=None) -> int:
+  a = parse_args(argv)
+  cfg = model_config(a)
+  rl, sharder, tx, state_sh = build(a, cfg)
+  info = {}
+  m = a.micro_batch or 0
+  if not m:
+    m, info = search_micro_batch(a, cfg, rl, sharder, tx, state_sh)
+  K = a.num_micro or max(1, a.tokens_per_step // (m * a.seq))
+  step, compiled, compile_s = compile_step(a, cfg, rl, sharder, tx, state_sh, K, m)
+  state = ts.create_train_state(cfg, tx, sharder, param_dtype=ts.dtype_of(a.param_dtype))
+  ref = (ts.make_reference(state["params"], cfg, sharder, ts.dtype_of(a.compute_dtype))
+         if a.kl_coef != 0 else None)
+  batch = fake_batch(cfg, K, m, a.seq, sharder)
+  state, metrics = compiled(state, ref, batch)   # warm-up
+  jax.block_until_ready(state)
+  times = []
+  for _ in range(a.steps):
+    t0 = time.perf_counter()
+    state, metrics = compiled(state, ref, batch)
+    jax.block_until_ready((state, metrics))
+    times.append(time.perf_counter() - t0)
+  dt = float(np.median(times))
+  tokens = K * m * a.seq
+  train_f, ref_f = flops_per_token(cfg, a.seq)
+  if a.kl_coef == 0:
+    ref_f = 0.0
+  n_dev = jax.device_count()
+  tps = tokens / dt
+  out = {
+      "bench": "train_step", "model": "tiny" if a.tiny else a.preset,
+      "num_params": cfg.num_params(), "layers": cfg.num_layers, "seq": a.seq,
+      "micro_batch": m, "num_micro": K, "tokens_per_step": tokens, "devices": n_dev,
+      "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
+      "remat": a.remat, "compute_dtype": a.compute_dtype, "param_dtype": a.param_dtype,
+      "attn_impl": rl.attn_impl, "kl_coef": a.kl_coef, "compile_s": round(compile_s, 2),
+      "step_s_median": dt, "step_s_all": [round(t, 4) for t in times],
+      "tokens_per_s": tps, "tokens_per_s_per_device": tps / n_dev,
+      "train_flops_per_token": train_f, "ref_flops_per_token": ref_f,
+      "mfu": tps * train_f / (n_dev * a.peak_tflops * 1e12),
+      "mfu_vs_797": tps * train_f / (n_dev * 797e12),
+      "mfu_incl_ref": tps * (train_f + ref_f) / (n_dev * a.peak_tflops * 1e12),
+      "mfu_incl_ref_vs_797": tps * (train_f + ref_f) / (n_dev * 797e12),
+      "peak_bytes": peak_bytes(compiled), "loss": float(metrics["loss"]),
+      "update_ok": float(metrics["update_ok"]), **info,
+  }
+  print(json.dumps(out))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
