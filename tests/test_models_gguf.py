@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 
 import models
 from models import checkpoint, gguf_io, hf_io
-from models_tiny_hf import make_tiny_hf, torch_logits
+from models_tiny_hf import llama_cpp_permute, make_tiny_hf, torch_logits, write_tiny_gguf
 
 CHAT = [{"role": "user", "content": "Name three primary colors."}]
 TEXTS = ["Hello world!", "  leading spaces and\ttabs\n\nnew lines", "Numbers: 2024, 3.14159",
@@ -152,50 +152,9 @@ def test_chat_template_and_special_tokens(tokenizer, reference):
 
 
 # --------------------------------------------------------------------------------------------
-# Tiny GGUF files written here: llama.cpp's Q/K permutation, llama3 rope factors, qwen2 biases
+# Tiny GGUF files (models_tiny_hf.write_tiny_gguf): llama.cpp's Q/K permutation, llama3 rope
+# factors, qwen2 biases
 # --------------------------------------------------------------------------------------------
-def _llama_cpp_permute(w, n_head):
-  """llama.cpp convert_hf_to_gguf.py `LlamaModel.permute` (HF rotate-half -> GGML pairs)."""
-  return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(
-      w.shape)
-
-
-def _write_gguf(path, model, arch):
-  hf = model.config
-  w = gguf.GGUFWriter(path, arch)
-  w.add_block_count(hf.num_hidden_layers)
-  w.add_context_length(hf.max_position_embeddings)
-  w.add_embedding_length(hf.hidden_size)
-  w.add_feed_forward_length(hf.intermediate_size)
-  w.add_head_count(hf.num_attention_heads)
-  w.add_head_count_kv(hf.num_key_value_heads)
-  w.add_rope_freq_base(float(hf.rope_parameters["rope_theta"]))
-  w.add_layer_norm_rms_eps(hf.rms_norm_eps)
-  w.add_vocab_size(hf.vocab_size)
-  if arch == "llama" and hf.rope_parameters.get("rope_type") == "llama3":
-    # What llama.cpp writes for LLaMA-3.1: the per-frequency divisor of the inverse frequencies.
-    H = hf.hidden_size // hf.num_attention_heads
-    base = 1.0 / hf.rope_parameters["rope_theta"] ** (np.arange(0, H, 2) / H)
-    w.add_rope_scaling_orig_ctx_len(hf.rope_parameters["original_max_position_embeddings"])
-    w.add_tensor("rope_freqs.weight", (base / model.model.rotary_emb.inv_freq.numpy()).astype(
-        np.float32))
-  to_gguf = {h.format(i=i): g.format(i=i) for h, g in gguf_io.HF_TO_GGUF.items()
-             for i in range(hf.num_hidden_layers)}
-  for name, t in model.state_dict().items():
-    if name == "lm_head.weight" and hf.tie_word_embeddings:
-      continue
-    arr = t.numpy().astype(np.float32)
-    if arch == "llama" and "q_proj.weight" in name:
-      arr = _llama_cpp_permute(arr, hf.num_attention_heads)
-    elif arch == "llama" and "k_proj.weight" in name:
-      arr = _llama_cpp_permute(arr, hf.num_key_value_heads)
-    w.add_tensor(to_gguf[name], arr)
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
-
-
 @pytest.mark.parametrize("arch,extra", [
     ("llama", dict(num_key_value_heads=2, rope_theta=5e5, tie_word_embeddings=False,
                    rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -205,7 +164,7 @@ def _write_gguf(path, model, arch):
 def test_tiny_gguf_matches_torch(tmp_path, arch, extra):
   model = make_tiny_hf(str(tmp_path / "hf"), arch, **extra)
   path = str(tmp_path / "tiny.gguf")
-  _write_gguf(path, model, arch)
+  write_tiny_gguf(path, model, arch)
   cfg, params = models.load_gguf(path)
   assert (cfg.rope_scaling is not None) == (arch == "llama")
   tokens = np.random.RandomState(0).randint(0, cfg.vocab_size, (2, 9))
@@ -213,9 +172,9 @@ def test_tiny_gguf_matches_torch(tmp_path, arch, extra):
   np.testing.assert_allclose(got, torch_logits(model, tokens), atol=1e-4)
 
 
-def test_unpermute_inverts_llama_cpp_permute():
+def test_unpermute_invertsllama_cpp_permute():
   w = np.random.RandomState(0).randn(3 * 8, 5).astype(np.float32)
-  np.testing.assert_array_equal(gguf_io.unpermute_qk(_llama_cpp_permute(w, 3), 3), w)
+  np.testing.assert_array_equal(gguf_io.unpermute_qk(llama_cpp_permute(w, 3), 3), w)
 
 
 def test_gguf_errors(tmp_path):
