@@ -46,6 +46,7 @@ class _Row:
   queries: list[str] = dataclasses.field(default_factory=list)
   docs: list[list[dict]] = dataclasses.field(default_factory=list)
   failed: int = 0
+  open_prefix: str = ""                # prompt text from an unclosed search_open (assistant prefill)
   meta: dict = dataclasses.field(default_factory=dict)
 
 
@@ -92,7 +93,8 @@ class RolloutEngine:
       ids, truncated = self._prompt_ids(p)
       meta = dict(metas[i]) if metas else {}
       meta["prompt_truncated"] = truncated
-      queue.append(_Row(i, ids, run.max_new, list(ids), meta=meta))
+      queue.append(_Row(i, ids, run.max_new, list(ids), meta=meta,
+                        open_prefix=self._open_prefix(ids)))
     params = jax.tree.map(  # cast once, not on every decode step
         lambda x: x.astype(self.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
     return self._loop(params, queue, len(prompts), rng, run)
@@ -104,6 +106,13 @@ class RolloutEngine:
       raise ValueError("empty prompt: a prompt needs at least one token")
     cap = int(self.cfg.max_prompt_tokens)
     return (ids[-cap:], True) if len(ids) > cap else (ids, False)
+
+  def _open_prefix(self, ids: list[int]) -> str:
+    """The prompt's tail from its last `search_open` when that block is still open (a prompt
+    that pre-fills `<search>` in the assistant turn), else ""."""
+    text = self.tok.decode(ids[-256:])
+    o, c = text.rfind(self.cfg.search_open), text.rfind(self.cfg.search_close)
+    return text[o:] if o >= 0 and o > c else ""
 
   def stop_tables(self, stops: tuple[str, ...]) -> S.StopTables:
     if stops not in self._tables:
@@ -240,8 +249,8 @@ class RolloutEngine:
 
   def _search(self, rows, searching: list[int], run: "_Run", out, stats) -> None:
     c = self.cfg
-    queries = [pf.extract_query(self.tok.decode(rows[b].response), c.search_open, c.search_close)
-               for b in searching]
+    queries = [pf.extract_query(rows[b].open_prefix + self.tok.decode(rows[b].response),
+                                c.search_open, c.search_close) for b in searching]
     ts = time.perf_counter()
     results = run_searches(self.retriever, self.tok, queries, topk=int(c.topk),
                            max_obs_tokens=int(c.max_obs_tokens),
