@@ -79,3 +79,21 @@ def test_eval_rejects_bad_data_before_loading_the_model(tmp_path, capsys):
                  "--out", str(tmp_path)])
   assert rc == 2 and "does not exist" in capsys.readouterr().err
   assert not os.path.exists(tmp_path / "results.json")
+
+
+def test_eval_with_policy_judge_on_a_tiny_checkpoint(tmp_path, slice10, bm25_index):
+  """`--config.eval.judge=ssp` wires the policy as judge and reports the judge metric (verdict
+  parsing and EM short-circuit are unit-tested in test_eval_report.py)."""
+  from ssp_jax.testing.tiny_checkpoint import make_tiny_checkpoint
+  path, exs = slice10
+  ckpt = make_tiny_checkpoint(str(tmp_path / "tiny"))
+  out = tmp_path / "out"
+  rc = cli.main(["eval", "--config", TINY, "--checkpoint", ckpt, "--data", f"wiki10={path}",
+                 "--out", str(out), f"--config.retrieval.index_dir={bm25_index}",
+                 "--config.eval.judge=ssp", "--config.ssp.judge.max_new_tokens=4", *FAST])
+  assert rc == 0
+  res, preds = _check_outputs(str(out), exs)
+  assert all(p["judge"] in (0.0, 1.0) and p["judge"] >= p["em"] for p in preds)
+  assert res["wiki10"]["judge"] == pytest.approx(sum(p["judge"] for p in preds) / 10)
+  assert res["meta"]["policy"] == ckpt and res["meta"]["judge"] == "ssp"
+  assert "| Judge |" in open(out / "results.md").read()
