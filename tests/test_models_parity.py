@@ -216,7 +216,8 @@ def _edit_tensors(path, fn):
 
 def test_error_missing_tensor(qwen2_dir):
   _edit_tensors(qwen2_dir, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
-  with pytest.raises(hf_io.CheckpointError, match=r"missing tensor 'model\.layers\.1\.mlp\.up_proj"):
+  msg = r"missing tensor 'model\.layers\.1\.mlp\.up_proj\.weight'"
+  with pytest.raises(hf_io.CheckpointError, match=msg):
     models.load_hf_checkpoint(qwen2_dir)
 
 
