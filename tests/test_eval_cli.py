@@ -97,3 +97,13 @@ def test_eval_with_policy_judge_on_a_tiny_checkpoint(tmp_path, slice10, bm25_ind
   assert res["wiki10"]["judge"] == pytest.approx(sum(p["judge"] for p in preds) / 10)
   assert res["meta"]["policy"] == ckpt and res["meta"]["judge"] == "ssp"
   assert "| Judge |" in open(out / "results.md").read()
+
+
+def test_flags_fold_into_the_eval_config():
+  from ssp_jax import eval_cli
+  args = cli.build_parser().parse_args(
+      ["eval", "--config", TINY, "--limit", "5", "--seed", "3", "--out", "/tmp/unused",
+       "--config.eval.max_new_tokens=7"])
+  config, specs = eval_cli._setup(args)
+  assert (config.eval.limit, config.eval.seed, config.eval.max_new_tokens) == (5, 3, 7)
+  assert specs == dict(config.eval.datasets) == {"wiki_sample": "builtin:wiki_sample"}
