@@ -76,9 +76,12 @@ def check_outputs(workdir, steps):
 
 def test_train_resume_and_outputs(assets, tmp_path):
   workdir = str(tmp_path / "run")
-  assert cli.main(fast_args(assets, workdir, 1)) == 0
+  with_eval = ["--config.eval.every_steps=1", "--config.eval.limit=2",
+               "--config.eval.max_new_tokens=8", "--config.eval.batch_size=2"]
+  assert cli.main(fast_args(assets, workdir, 1) + with_eval) == 0
   check_outputs(workdir, 1)
   first = read_metrics(workdir)[0]
+  assert any(k.startswith("val/") for k in first)        # in-training validation ran
   # a crashed step 2 had written a metrics line and a sample file before dying
   with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
     f.write(json.dumps({"step": 2, "loss": 123.0}) + "\n" + '{"step": 3, "lo')

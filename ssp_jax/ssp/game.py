@@ -196,24 +196,26 @@ class SSPGame:
       if p.reason is not None:
         p.reward = rewards.proposer_reward(None, invalid_reward=self.cfg.reward.invalid_proposal)
     self.buffer.add([pr for pr in problems if pr.source == "fresh"])
-    out = self._assemble(proposals, solver_trajs, solver_r, len(problems))
+    out = self._assemble(proposals, solver_trajs, solver_r)
     out.metrics.update(self._metrics(proposals, problems, solver_trajs, solver_r, rates))
     out.metrics["time/game"] = time.perf_counter() - t_start
     out.samples = self._samples(proposals, problems, solver_trajs, solver_r, rates, step)
     return out
 
-  def _assemble(self, proposals, solver_trajs, solver_r, num_problems) -> StepOutput:
+  def _assemble(self, proposals, solver_trajs, solver_r) -> StepOutput:
     """Training rows for the roles being trained, with per-role advantages."""
-    rows, rew, groups, roles = [], [], [], []
+    items = []   # (trajectory, reward, group, role)
     if self.cfg.mode != "solver_only":
-      for i, p in enumerate(proposals):
-        rows.append(p.traj); rew.append(p.reward); roles.append(PROPOSER)
-        groups.append(i // self.cfg.proposer_n)   # the answer a proposal came from
-    base = len(proposals)
+      # a proposal's group is the answer it came from
+      items += [(p.traj, p.reward, i // self.cfg.proposer_n, PROPOSER)
+                for i, p in enumerate(proposals)]
     if self.cfg.mode != "proposer_only":
-      for j, t in enumerate(solver_trajs):
-        rows.append(t); rew.append(solver_r[j]); roles.append(SOLVER)
-        groups.append(base + j // self.cfg.solver_n)  # the problem it solved
+      # a solver attempt's group is the problem it solved (ids after the proposer groups)
+      base = len(proposals)
+      items += [(t, solver_r[j], base + j // self.cfg.solver_n, SOLVER)
+                for j, t in enumerate(solver_trajs)]
+    rows = [it[0] for it in items]
+    rew, groups, roles = ([it[k] for it in items] for k in (1, 2, 3))
     if not rows:
       return StepOutput([], np.zeros(0, np.float32), np.zeros(0, np.int32),
                         np.zeros(0, np.int32), {}, [])
