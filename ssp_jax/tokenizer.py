@@ -150,8 +150,11 @@ class Tokenizer:
     return out
 
   def ids_to_bytes(self, ids: Sequence[int], skip_special: bool = False) -> bytes:
-    tb = self.token_bytes
-    return b"".join(tb[i] for i in ids if not (skip_special and i in self._special_ids))
+    """Concatenated token bytes; ids past the tokenizer's vocab (a model's padded embedding
+    rows) have no text."""
+    tb, n = self.token_bytes, self.vocab_size
+    return b"".join(tb[i] for i in ids
+                    if i < n and not (skip_special and i in self._special_ids))
 
   def decode(self, ids: Sequence[int], skip_special: bool = False) -> str:
     """Text of `ids`: the UTF-8 decoding of their concatenated bytes."""
@@ -162,11 +165,11 @@ class IncrementalDecoder:
   """Streams text from token ids, holding back bytes of an incomplete UTF-8 character."""
 
   def __init__(self, tokenizer: Tokenizer):
-    self._tb = tokenizer.token_bytes
+    self._tok = tokenizer
     self._buf = b""
 
   def push(self, ids: Sequence[int]) -> str:
-    self._buf += b"".join(self._tb[i] for i in ids)
+    self._buf += self._tok.ids_to_bytes(ids)
     cut = _complete_utf8_prefix(self._buf)
     out, self._buf = self._buf[:cut], self._buf[cut:]
     return out.decode("utf-8", errors="replace")

@@ -67,6 +67,9 @@ class RolloutEngine:
     self.dtype = jnp.dtype(self.cfg.dtype)
     self.cache_dtype = jnp.dtype(self.cfg.cache_dtype)
     self._tables: dict[tuple[str, ...], S.StopTables] = {}
+    # bytes of every id the model can sample (ids past the tokenizer's vocab have none)
+    self._token_bytes = list(tokenizer.token_bytes) + [b""] * (
+        model_cfg.vocab_size - tokenizer.vocab_size)
     self.stats: dict[str, Any] = {}
     if tokenizer.vocab_size > model_cfg.vocab_size:
       raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size "
@@ -116,7 +119,7 @@ class RolloutEngine:
 
   def stop_tables(self, stops: tuple[str, ...]) -> S.StopTables:
     if stops not in self._tables:
-      self._tables[stops] = S.build_stop_tables(self.tok.token_bytes, stops).to_device()
+      self._tables[stops] = S.build_stop_tables(self._token_bytes, stops).to_device()
     return self._tables[stops]
 
   def _batch_size(self, n: int) -> int:
@@ -217,7 +220,7 @@ class RolloutEngine:
   def _absorb(self, rows, res: S.DecodeOut, run: "_Run", out) -> list[int]:
     """Appends each row's new tokens; finalizes finished rows; returns rows waiting to search."""
     searching = []
-    tb = self.tok.token_bytes
+    tb = self._token_bytes
     for b, r in enumerate(rows):
       if r is None:
         continue

@@ -59,7 +59,7 @@ def make_tiny_checkpoint(path: str, model_type: str = "qwen2", chat_format: str 
   import transformers
   os.makedirs(path, exist_ok=True)
   tok = make_tokenizer(path, chat_format)
-  V = len(tok)
+  V = -(-len(tok) // 8) * 8   # padded embedding rows, as real checkpoints have
   common = dict(vocab_size=V, hidden_size=hidden, intermediate_size=2 * hidden,
                 num_hidden_layers=num_layers, num_attention_heads=heads,
                 num_key_value_heads=kv_heads, max_position_embeddings=4096,

@@ -1,0 +1,44 @@
+"""Sharded sampling (batch over `data`, heads over `tensor`, on 8 fake CPU devices) equals
+single-device sampling, including the search loop's observation splicing."""
+import os
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from models import Sharder, make_mesh  # noqa: E402
+from ssp_jax.rollout import RolloutEngine, get_rollout_config  # noqa: E402
+from ssp_jax.testing.small_retriever import SmallBM25Retriever  # noqa: E402
+from ssp_jax.testing.tiny_checkpoint import load_params, make_tiny_checkpoint  # noqa: E402
+from ssp_jax.tokenizer import Tokenizer  # noqa: E402
+
+PROMPTS = ["Who wrote Moby-Dick?", "The capital of France is", "a", "Paris is",
+           "Numbers 1851 2024", "<think> I need to find", "Edinburgh", "Marie Curie was"]
+
+
+def _run(path, sharder, temperature, close):
+  cfg, params = load_params(path, sharder=sharder)
+  tok = Tokenizer.from_dir(path)
+  rc = get_rollout_config()
+  rc.update(dict(dtype="float32", cache_dtype="float32", batch_size=4, cache_min_len=32,
+                 prefill_chunk=16, steps_per_call=12, max_obs_tokens=40, topk=2,
+                 search_open=" ", search_close=close, max_searches=2))
+  eng = RolloutEngine(cfg, tok, rc, SmallBM25Retriever(), sharder)
+  return eng.generate(params, PROMPTS, jax.random.key(4), temperature=temperature,
+                      max_new_tokens=60, stop=[close])
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+def test_sharded_equals_single_device(tmp_path):
+  path = make_tiny_checkpoint(str(tmp_path), "qwen2", "chatml", seed=2, heads=4, kv_heads=2)
+  sharder = Sharder(make_mesh((("data", 4), ("tensor", 2))))
+  for temperature, close in [(0.0, "e"), (1.0, "a")]:
+    single = _run(path, None, temperature, close)
+    sharded = _run(path, sharder, temperature, close)
+    for a, b in zip(single, sharded):
+      assert a.response_ids == b.response_ids
+      assert a.loss_mask == b.loss_mask and a.stop_reason == b.stop_reason
+      np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+    assert sum(t.num_searches for t in single) >= 1
