@@ -11,12 +11,13 @@ import jax
 import numpy as np
 import pytest
 
-from ssp_jax import prompts_format as pf
 from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl.advantages import grpo_advantages
 from ssp_jax.rl.config import get_rl_config
 from ssp_jax.rl.learner import Learner
+from retrieval.base import RetrieverError
 from ssp_jax.rollout import RolloutEngine, get_rollout_config
+from ssp_jax.rollout.observations import run_searches
 from ssp_jax.ssp import game as G
 from ssp_jax.ssp import rewards
 from ssp_jax.ssp.answers import AnswerItem
@@ -50,7 +51,10 @@ class ScriptedProposer:
   def _propose(self, messages) -> Trajectory:
     answer = re.search(r"The answer is: (.*)\n", messages[-1]["content"]).group(1)
     queries = [f"{answer}", f"{answer} city river capital born"]
-    docs = self.retriever.search(queries, 2)
+    # the engine's own search step: failures become observations saying so
+    results = [run_searches(self.retriever, self.tok, [q], topk=2, max_obs_tokens=64,
+                            timeout_s=5.0)[0] for q in queries]
+    docs = [r.docs for r in results]
     q = (f"Which place or person is linked to the clue about {answer}, as found by the two "
          f"searches?" if answer == LEAKY else
          f"Which person or place is described by the documents found in search round "
@@ -59,7 +63,7 @@ class ScriptedProposer:
     ids, mask = [], []
     for i, query in enumerate(queries):
       seg = self.tok.encode(f"<think> step {i} </think><search> {query} </search>")
-      obs = self.tok.encode(pf.observation_text(pf.render_docs(docs[i])))
+      obs = results[i].obs_ids
       ids += seg + obs
       mask += [1] * len(seg) + [0] * len(obs)
     last = self.tok.encode(f"<question> {q} </question>")
@@ -68,7 +72,8 @@ class ScriptedProposer:
     text = self.tok.decode(ids)
     return Trajectory(self.tok.prompt_ids(messages), ids, mask,
                       [-1.0 if m else 0.0 for m in mask], text=text, queries=queries, docs=docs,
-                      num_searches=2, stop_reason="question")
+                      num_searches=2, num_failed_searches=sum(r.failed for r in results),
+                      stop_reason="question")
 
 
 class OracleReader:
@@ -186,3 +191,13 @@ def test_verifier_failure_rejects_and_fixed_opponents(world):
   out = proposer_only.play(world["params"], 0, jax.random.PRNGKey(3),
                            frozen_params=world["params"])
   assert set(out.roles.tolist()) == {G.PROPOSER} and len(out.trajectories) == 3
+
+
+def test_retriever_outage_is_failed_searches_and_a_metric(world):
+  down = SmallBM25Retriever(fail=RetrieverError("connection refused"))
+  eng = ScriptedProposer(world["engine"].engine, world["tok"], down)
+  game = G.SSPGame(ssp_cfg(), world["rl"], eng, ANSWERS, verifier=OracleReader(eng))
+  out = game.play(world["params"], 0, jax.random.PRNGKey(4))
+  assert out.metrics["search/failed"] >= 6 and out.metrics["search/failed_rate"] > 0
+  assert out.metrics["proposer/reject/no_documents"] == pytest.approx(2 / 3)
+  assert "Search failed" in out.trajectories[0].text
