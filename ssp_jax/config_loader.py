@@ -97,7 +97,7 @@ def _parse_value(key: str, text: str, current: Any) -> Any:
       return text
     raise ConfigOverrideError(f"--config.{key}={text!r}: expected type "
                               f"{type(current).__name__} (like {current!r})") from None
-  if current is None:
+  if current is None or value is None:   # None switches an optional knob off (rl.dual_clip)
     return value
   if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
     return float(value)

@@ -58,3 +58,7 @@ def validate_config(config) -> None:
   _path("retrieval.index_dir", config.retrieval.index_dir)
   _path("ssp.rag.verifier", s.rag.verifier, ("policy",))
   _path("ssp.judge.source", s.judge.source, ("policy",))
+  if config.eval.every_steps:
+    for name, spec in config.eval.datasets.items():
+      if ":" not in spec.split("/")[0]:        # a file path (not builtin:/tfds: specs)
+        _path(f"eval.datasets.{name}", spec)
