@@ -22,11 +22,10 @@ import jax
 from ssp_jax import metrics
 from ssp_jax.eval import data, report
 from ssp_jax.ssp import prompts
+from ssp_jax.ssp.game import SOLVER_STOPS   # the same stops as the SSP solver rollouts
 from ssp_jax.types import Trajectory
 
 log = logging.getLogger(__name__)
-
-SOLVER_STOPS = ("</search>", "</answer>")   # the same stops as the SSP solver rollouts
 
 
 def load_eval_sets(eval_cfg, datasets: Optional[dict[str, str]] = None) -> dict[str, list[dict]]:
