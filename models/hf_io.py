@@ -324,7 +324,11 @@ def hf_tensors(cfg: ModelConfig, params: Params) -> Iterable[tuple[str, np.ndarr
 
 def save_hf_checkpoint(path: str, config: ModelConfig, params: Params, *,
                        max_shard_bytes: int = 4 << 30) -> None:
-  """Writes config.json + safetensors (sharded with an index past `max_shard_bytes`)."""
+  """Writes config.json + safetensors (split with an index past `max_shard_bytes`).
+
+  Tensors are gathered to this host one layer at a time, in the params' dtype (single host:
+  every shard of a param must be addressable here).
+  """
   from safetensors.numpy import save_file
   os.makedirs(path, exist_ok=True)
   dtype = jnp.dtype(jax.tree.leaves(params)[0].dtype)

@@ -37,7 +37,7 @@ def llama_cpp_permute(w, n_head):
       w.shape)
 
 
-def write_tiny_gguf(path, model, arch):
+def write_tiny_gguf(path, model, arch, extra_tensors=None):
   """Writes `model` as an F32 GGUF the way llama.cpp's converter lays it out."""
   hf = model.config
   w = gguf.GGUFWriter(path, arch)
@@ -68,6 +68,8 @@ def write_tiny_gguf(path, model, arch):
     elif arch == "llama" and "k_proj.weight" in name:
       arr = llama_cpp_permute(arr, hf.num_key_value_heads)
     w.add_tensor(to_gguf[name], arr)
+  for name, arr in (extra_tensors or {}).items():
+    w.add_tensor(name, arr)
   w.write_header_to_file()
   w.write_kv_data_to_file()
   w.write_tensors_to_file()

@@ -188,4 +188,8 @@ def test_gguf_errors(tmp_path):
     models.load_gguf(str(tmp_path / "bad.gguf"))
   with pytest.raises(FileNotFoundError, match="neither a Hugging Face checkpoint"):
     models.load_checkpoint(str(tmp_path / "nothing.bin"))
-  assert issubclass(hf_io.CheckpointError, ValueError)
+  model = make_tiny_hf(str(tmp_path / "hf"), "llama", num_key_value_heads=2)
+  write_tiny_gguf(str(tmp_path / "extra.gguf"), model, "llama",
+                  {"blk.0.attn_sinks.weight": np.zeros(4, np.float32)})
+  with pytest.raises(hf_io.CheckpointError, match=r"unexpected tensor .blk\.0\.attn_sinks\."):
+    models.load_gguf(str(tmp_path / "extra.gguf"))

@@ -145,3 +145,15 @@ def test_sharded_kv_cache_decode_equals_single_device(ckpt, sharder):
       seq.append(np.asarray(logits))
     outs.append(np.concatenate(seq, axis=1))
   np.testing.assert_allclose(outs[1], outs[0], atol=1e-5)
+
+
+def test_sharded_load_with_custom_rules_slicing_inner_dims(ckpt):
+  """head_dim over `tensor` cuts inside HF's packed N*H rows; vocab over `data`."""
+  rules = dict(models.DEFAULT_RULES)
+  rules.update(q_heads=None, kv_heads=None, head_dim="tensor", vocab="data", embed=None)
+  sharder = models.Sharder(models.make_mesh((("data", 2), ("tensor", 4))), tuple(rules.items()))
+  cfg, params = models.load_hf_checkpoint(ckpt[0], sharder=sharder)
+  assert params["layers"]["wq"].addressable_shards[0].data.shape == (2, 64, 4, 6)
+  _, single = models.load_hf_checkpoint(ckpt[0])
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+               params, single)
