@@ -32,8 +32,11 @@ setup(
     ],
     extras_require={
         # Parity references for the tests. torch==2.13.0 takes the CPU build.
-        "test": ["pytest>=8.0", "pytest-xdist>=3.5", "torch==2.13.0", "transformers>=4.51"],
-        "tfds": ["tensorflow-datasets>=4.9", "tensorflow-cpu>=2.16"],
+        "test": ["pytest>=8.0", "pytest-xdist>=3.5", "torch==2.13.0", "transformers>=4.51",
+                 "tensorflow-datasets>=4.9", "array-record>=0.5"],
+        # NQ-open / TriviaQA kept in TFDS: ArrayRecord data needs only tensorflow-datasets;
+        # TFRecord data (the TFDS default) also needs TensorFlow.
+        "tfds": ["tensorflow-datasets>=4.9", "array-record>=0.5", "tensorflow-cpu>=2.16"],
     },
     entry_points={"console_scripts": ["ssp-jax=ssp_jax.cli:main"]},
 )
