@@ -171,6 +171,9 @@ def export_checkpoint_to_hf(ckpt_dir: str, out_dir: str, *, step: Optional[int] 
                             dtype: Optional[str] = None) -> int:
   """Restores the params of checkpoint `step` (default latest) on one device and exports them
   to `out_dir`, optionally cast (e.g. "bfloat16"). Returns the exported step."""
+  if not os.path.isdir(ckpt_dir):
+    raise FileNotFoundError(f"checkpoint directory {ckpt_dir!r} does not exist; pass the "
+                            "checkpoint root a training run wrote")
   ck = Checkpointer(ckpt_dir, async_save=False)
   try:
     step = ck._step(step)

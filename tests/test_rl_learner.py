@@ -1,4 +1,5 @@
 """Batching, the fused learner step and checkpoints on a tiny random model (CPU, one device)."""
+import json
 import os
 
 import jax
@@ -45,7 +46,7 @@ def test_split_mini_batches_keeps_prompts_together_and_pads():
 
 
 # ---------------------------------------------------------------------------- log-probs
-@pytest.mark.parametrize("chunk", [3, 64])
+@pytest.mark.parametrize("chunk", [3])  # 3 does not divide T: chunks of 2
 def test_chunked_logprobs_equal_full_log_softmax(chunk):
   params = models.init_params(CFG, jax.random.PRNGKey(0))
   tok = jnp.asarray(make_batch()["tokens"])
@@ -91,11 +92,12 @@ def test_observation_old_and_ref_logprobs_change_nothing_in_the_step():
   sc = learner.sc
   p = learner.state["params"]
   p_sh = learner.state_shardings["params"]
+  grad_fn = jax.jit(lambda p, mb: learner_lib.accumulate_grads(
+      p, learner.ref_params, mb, CFG, sc, None, p_sh))
   grads = []
   for bb in (b, b2):
     mb = {k: jnp.asarray(v) for k, v in learner_lib.to_micro(bb, 2).items()}
-    grads.append(jax.jit(lambda p, mb: learner_lib.accumulate_grads(
-        p, learner.ref_params, mb, CFG, sc, None, p_sh))(p, mb))
+    grads.append(grad_fn(p, mb))
   for a, c in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
     np.testing.assert_array_equal(a, c)
 
@@ -210,3 +212,9 @@ def test_export_to_hf_round_trips(tmp_path):
   cfg2, params = models.load_hf_checkpoint(str(tmp_path / "hf"))
   assert cfg2 == CFG
   assert _params_equal(params, learner.state["params"])
+  from ssp_jax import cli
+  assert cli.main(["export", "--checkpoint", d, "--out", str(tmp_path / "hf2"),
+                   "--dtype", "bfloat16"]) == 0
+  with open(tmp_path / "hf2" / "config.json") as f:
+    assert json.load(f)["torch_dtype"] == "bfloat16"
+  assert cli.main(["export", "--checkpoint", str(tmp_path / "none"), "--out", "x"]) == 1

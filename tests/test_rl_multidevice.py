@@ -46,7 +46,7 @@ def _check_sharded_as_rules(learner):
 
 
 def test_mesh_step_equals_single_device_and_stays_sharded():
-  rl = rl_cfg(micro_batch_size=4)
+  rl = rl_cfg(micro_batch_size=4, recompute_old_logp=False)
   single = learner_lib.Learner(CFG, rl)
   multi = learner_lib.Learner(CFG, rl, mesh_sharder(4, 2))
   _check_sharded_as_rules(multi)
@@ -66,11 +66,15 @@ def test_mesh_step_equals_single_device_and_stays_sharded():
       # rounding noise (different on each mesh) up to +-lr, so it is compared loosely.
       np.testing.assert_allclose(a, c, atol=3 * rl.lr)
     else:
-      np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-6, err_msg=jax.tree_util.keystr(path))
+      # Adam turns rounding noise in near-zero gradients into O(lr) steps; a 0.2% of lr slack
+      # still catches any real difference (a wrong gradient moves a param by ~lr per update).
+      np.testing.assert_allclose(a, c, rtol=1e-4, atol=2e-3 * rl.lr,
+                                 err_msg=jax.tree_util.keystr(path))
 
 
 def test_restore_onto_a_different_mesh_shape(tmp_path):
-  src = learner_lib.Learner(CFG, rl_cfg(micro_batch_size=4), mesh_sharder(4, 2))
+  src = learner_lib.Learner(CFG, rl_cfg(micro_batch_size=4, recompute_old_logp=False),
+                            mesh_sharder(4, 2))
   src.update(make_batch(8))
   with checkpointing.Checkpointer(str(tmp_path / "ck")) as ck:
     ck.save(1, src.state)
