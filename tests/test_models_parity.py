@@ -19,7 +19,7 @@ import models
 from models import hf_io
 from models.config import ConfigError
 from models.presets import PRESETS, PUBLISHED_PARAMS
-from models_tiny_hf import D, F, L, N, V, make_tiny_hf, torch_logits
+from models_tiny_hf import D, N, V, make_tiny_hf, torch_logits
 
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                   "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
