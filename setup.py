@@ -33,6 +33,7 @@ setup(
     extras_require={
         # Parity references for the tests. torch==2.13.0 takes the CPU build.
         "test": ["pytest>=8.0", "pytest-xdist>=3.5", "torch==2.13.0", "transformers>=4.51",
+                 "accelerate>=1.0",  # transformers needs it to load a GGUF (parity reference)
                  "tensorflow-datasets>=4.9", "array-record>=0.5"],
         # NQ-open / TriviaQA kept in TFDS: ArrayRecord data needs only tensorflow-datasets;
         # TFRecord data (the TFDS default) also needs TensorFlow.
