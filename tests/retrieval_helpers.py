@@ -47,10 +47,18 @@ def distinctive_span(contents: str, n_sentences: int = 1) -> str:
   return " ".join(sents[i] for i in sorted(top))
 
 
+def hit_ranks(retriever, records: list[dict], sample: list[int], k: int = 1,
+              n_sentences: int = 1) -> np.ndarray:
+  """Rank (0-based) of each sampled passage in the top k when queried with its distinctive
+  span; k where it is missing."""
+  queries = [distinctive_span(records[i]["contents"], n_sentences) for i in sample]
+  results = retriever.search(queries, k)
+  ids = [[d["id"] for d in res] for res in results]
+  return np.array([ids_.index(records[i]["id"]) if records[i]["id"] in ids_ else k
+                   for ids_, i in zip(ids, sample)])
+
+
 def recall_at_k(retriever, records: list[dict], sample: list[int], k: int = 1,
                 n_sentences: int = 1) -> float:
   """Fraction of sampled passages found in the top k when queried with their distinctive span."""
-  queries = [distinctive_span(records[i]["contents"], n_sentences) for i in sample]
-  results = retriever.search(queries, k)
-  hits = [records[i]["id"] in [d["id"] for d in res] for res, i in zip(results, sample)]
-  return float(np.mean(hits))
+  return float(np.mean(hit_ranks(retriever, records, sample, k, n_sentences) < k))
