@@ -164,10 +164,6 @@ def to_micro(mb: dict, micro: int) -> dict:
   return {k: np.asarray(v).reshape((n // micro, micro) + v.shape[1:]) for k, v in mb.items()}
 
 
-def _select(ok, new, old):
-  return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
-
-
 def metric_keys(sc: StepConfig) -> tuple[str, ...]:
   keys = ("loss", "pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy")
   return keys + (("kl_loss",) if sc.kl_coef != 0.0 else ())
@@ -208,12 +204,21 @@ def train_step(state: ts.TrainState, ref_params: Any, mb: dict, *, cfg: models.M
   grads, metrics = accumulate_grads(params, ref_params, mb, cfg, sc, sharder, p_shardings)
   grad_norm = optax.global_norm(grads)
   ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
-  updates, new_opt = tx.update(grads, state["opt_state"], params)
-  new_params = optax.apply_updates(params, updates)
+
+
+  def apply(args):
+    grads, opt_state, params = args
+    updates, new_opt = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), new_opt
+
+  # A cond (not a select of both results) so the skipped branch costs no second copy of the
+  # params and optimizer state.
+  new_params, new_opt = jax.lax.cond(ok, apply, lambda args: (args[2], args[1]),
+                                     (grads, state["opt_state"], params))
   one = jnp.ones((), jnp.int32)
   new_state = {
-      "params": _select(ok, new_params, params),
-      "opt_state": _select(ok, new_opt, state["opt_state"]),
+      "params": new_params,
+      "opt_state": new_opt,
       "rng": jax.random.split(state["rng"])[0],
       "step": state["step"] + one,
       "nonfinite": jnp.where(ok, 0, state["nonfinite"] + one),
@@ -307,7 +312,10 @@ class Learner:
   def put(self, mb: dict) -> dict:
     """[M, ...] numpy mini-batch -> [K, m, ...] device arrays with the batch shardings."""
     sh = batch_shardings(self.sharder)
-    return {k: jax.device_put(v, sh[k]) for k, v in to_micro(mb, self.sc.micro_batch_size).items()}
+    # Every process holds the whole batch and hands each of its devices its own slice (works
+    # on one host and on several).
+    return {k: jax.make_array_from_callback(v.shape, sh[k], lambda idx, v=v: v[idx])
+            for k, v in to_micro(mb, self.sc.micro_batch_size).items()}
 
   def logprobs(self, batch: dict) -> np.ndarray:
     """Aligned log-probs [N, T] of `batch["tokens"]` under the current policy."""
