@@ -123,6 +123,7 @@ def format_result(results: list[list[dict]], return_scores: bool) -> dict:
 def make_handler(worker: BatchWorker, limits: Limits, health: dict, verbose: bool = False):
   class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 60  # seconds a connection may stall (e.g. a body shorter than its Content-Length)
 
     def _send(self, status: int, obj: dict) -> None:
       body = json.dumps(obj, ensure_ascii=False).encode("utf-8")

@@ -147,3 +147,19 @@ def test_bad_inputs_are_named(tmp_path):
     index_lib.build_bm25(str(bad), str(tmp_path / "o2"), progress=False)
   with pytest.raises(FileNotFoundError, match="not a complete index"):
     load_retriever(str(tmp_path))
+
+
+def test_cli_index_build(tiny_e5, small_corpus, tmp_path, capsys):
+  from ssp_jax import cli
+  corpus, recs = small_corpus
+  out = str(tmp_path / "cli_dense")
+  assert cli.main(["index", "build", "--corpus", corpus, "--encoder", "dense", "--encoder-path",
+                   tiny_e5, "--out", out, "--index-type", "flat", "--batch-size", "16",
+                   "--max-length", "128", "--quiet"]) == 0
+  meta = json.loads(capsys.readouterr().out)
+  assert meta["spec"]["max_length"] == 128 and meta["spec"]["passage_prefix"] == "passage: "
+  assert meta["num_passages"] == len(recs)
+  out_bm25 = str(tmp_path / "cli_bm25")
+  assert cli.main(["index", "build", "--corpus", corpus, "--encoder", "bm25", "--out", out_bm25,
+                   "--quiet"]) == 0
+  assert load_retriever(out_bm25).search([recs[5]["contents"]], 1)[0][0]["id"] == recs[5]["id"]
