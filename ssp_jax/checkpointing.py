@@ -119,17 +119,20 @@ class Checkpointer:
     self.manager.reload()
     return list(self.manager.all_steps())
 
-  def _step(self, step: Optional[int]) -> int:
+  def resolve_step(self, step: Optional[int] = None) -> int:
+    """`step` if it is committed here, else the latest when None; FileNotFoundError otherwise."""
     step = self.latest_step() if step is None else step
     if step is None or step not in self.all_steps():
       raise FileNotFoundError(f"no committed checkpoint {'' if step is None else step} in "
                               f"{self.directory}; steps there: {self.all_steps()}")
     return step
 
+  _step = resolve_step  # kept for callers that used the private name
+
   def restore(self, abstract_state: dict, shardings: dict, step: Optional[int] = None) -> dict:
     """The train state of `step` (default: latest) laid out as `shardings` (any mesh), and
     each registered component's `set_state` called with its saved value."""
-    step = self._step(step)
+    step = self.resolve_step(step)
     target = _sds(abstract_state, shardings)
     out = self.manager.restore(step, args=ocp.args.Composite(
         params=ocp.args.StandardRestore(target["params"]),
@@ -146,14 +149,14 @@ class Checkpointer:
   def restore_params(self, abstract_params: Any, shardings: Any = None,
                      step: Optional[int] = None) -> Any:
     """Only the policy params (shardings default to each leaf's `sharding`, or device 0)."""
-    step = self._step(step)
+    step = self.resolve_step(step)
     target = abstract_params if shardings is None else _sds(abstract_params, shardings)
     out = self.manager.restore(step, args=ocp.args.Composite(
         params=ocp.args.StandardRestore(target)))
     return out["params"]
 
   def saved_model_config(self, step: Optional[int] = None) -> models.ModelConfig:
-    step = self._step(step)
+    step = self.resolve_step(step)
     extra = self.manager.restore(step, args=ocp.args.Composite(extra=ocp.args.JsonRestore()))
     meta = (extra["extra"] or {}).get(META)
     if not meta:
@@ -176,7 +179,7 @@ def export_checkpoint_to_hf(ckpt_dir: str, out_dir: str, *, step: Optional[int] 
                             "checkpoint root a training run wrote")
   ck = Checkpointer(ckpt_dir, async_save=False)
   try:
-    step = ck._step(step)
+    step = ck.resolve_step(step)
     cfg = ck.saved_model_config(step)
     dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     meta = ck.manager.item_metadata(step)["params"]
