@@ -40,8 +40,12 @@ class PolicyText:
 
   def __init__(self, engine, params_fn, seed: int = 0):
     self.engine, self.params_fn = engine, params_fn
-    self.key = jax.random.PRNGKey(seed)
+    self.seed_key = self.key = jax.random.PRNGKey(seed)
     self.calls = 0
+
+  def set_step(self, step: int) -> None:
+    """Derives this step's sampling keys from (seed, step), so a resumed run draws the same."""
+    self.key, self.calls = jax.random.fold_in(self.seed_key, step), 0
 
   def generate_text(self, messages, *, max_new_tokens: int, temperature: float) -> list[str]:
     self.calls += 1
@@ -174,6 +178,9 @@ class SSPGame:
     """One SSP step with the policy `params` (and `frozen_params` for a fixed opponent)."""
     self.timings.clear()
     t_start = time.perf_counter()
+    for gen in (self.verifier, getattr(self.judge, "generator", None)):
+      if hasattr(gen, "set_step"):
+        gen.set_step(step)
     mode = self.cfg.mode
     frozen = params if frozen_params is None else frozen_params
     k_prop, k_solve = jax.random.split(jax.random.fold_in(key, step))
