@@ -333,15 +333,18 @@ class Learner:
     one metrics dict per update.
     """
     batch = dict(batch)
+    roles = np.unique(batch["role"])
+    if roles.size and (roles.min() < 0 or roles.max() >= len(ROLES)):
+      raise ValueError(f"batch roles {roles.tolist()} outside 0..{len(ROLES) - 1} ({ROLES})")
     if self.rl.recompute_old_logp:
       batch["old_logp"] = np.where(batch["loss_mask"] > 0, self.logprobs(batch), 0.0)
     prompts = np.unique(batch["prompt"][batch["prompt"] >= 0]).size
     k = batch_lib.num_mini_batches(num_prompts or prompts, self.rl.mini_batch_size)
     step = int(jax.device_get(self.state["step"]))
-    seed = (self.rl.seed, step) if self.rl.shuffle_mini_batches else None
+    seed = self.rl.seed * 1_000_003 + step if self.rl.shuffle_mini_batches else None
     out = []
     for mb in batch_lib.split_mini_batches(batch, k, row_multiple=self.sc.micro_batch_size,
-                                           seed=None if seed is None else hash(seed) % 2**31):
+                                           seed=seed):
       self.state, metrics = self._step(self.state, self.ref_params, self.put(mb))
       out.append(metrics)
     return [{k: float(v) for k, v in jax.device_get(m).items()} for m in out]
