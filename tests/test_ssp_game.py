@@ -201,3 +201,23 @@ def test_retriever_outage_is_failed_searches_and_a_metric(world):
   assert out.metrics["search/failed"] >= 6 and out.metrics["search/failed_rate"] > 0
   assert out.metrics["proposer/reject/no_documents"] == pytest.approx(2 / 3)
   assert "Search failed" in out.trajectories[0].text
+
+
+def test_resample_strategy_and_grpo_proposer(world):
+  eng = world["engine"]
+  # dynamic resampling: a second proposer round tops the batch up with fresh questions
+  game = G.SSPGame(ssp_cfg(fill=dict(strategy="resample", max_resample_rounds=3,
+                                     reset_every=10, max_solve_rate=1.0, capacity=100)),
+                   world["rl"], eng, ANSWERS, verifier=OracleReader(eng))
+  out = game.play(world["params"], 0, jax.random.PRNGKey(5))
+  assert out.metrics["proposer/num"] == 6 and out.metrics["batch/fresh"] == 3
+  assert out.metrics["batch/dummy"] == 0
+  # GRPO for the proposer (paper B.5): 2 proposals per answer form a group
+  rl = world["rl"].copy_and_resolve_references()
+  rl.proposer_estimator = "grpo"
+  game = G.SSPGame(ssp_cfg(proposer_n=2), rl, eng, ANSWERS, verifier=OracleReader(eng))
+  out = game.play(world["params"], 0, jax.random.PRNGKey(6))
+  prop = out.roles == G.PROPOSER
+  assert prop.sum() == 6 and list(out.prompt_index[prop]) == [0, 0, 1, 1, 2, 2]
+  adv = out.advantages[prop].reshape(3, 2)
+  np.testing.assert_allclose(adv.sum(axis=1), 0.0, atol=1e-5)   # group-normalised
