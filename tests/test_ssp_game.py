@@ -221,3 +221,22 @@ def test_resample_strategy_and_grpo_proposer(world):
   assert prop.sum() == 6 and list(out.prompt_index[prop]) == [0, 0, 1, 1, 2, 2]
   adv = out.advantages[prop].reshape(3, 2)
   np.testing.assert_allclose(adv.sum(axis=1), 0.0, atol=1e-5)   # group-normalised
+
+
+def test_policy_as_verifier_and_judge(world):
+  """The paper's setting: the policy itself verifies (no search) and judges."""
+  eng = world["engine"]
+  params_fn = lambda: world["params"]
+  verifier = G.PolicyText(eng.engine, params_fn, seed=1)
+  judge = rewards.Judge(G.PolicyText(eng.engine, params_fn, seed=2))
+  s = ssp_cfg()
+  s.reward.solver = "em_then_judge"
+  s.rag.use_judge = True
+  s.rag.max_new_tokens = 12
+  game = G.SSPGame(s, world["rl"], eng, ANSWERS, verifier=verifier, judge=judge)
+  out = game.play(world["params"], 0, jax.random.PRNGKey(7))
+  assert verifier.calls == 1 and out.metrics["time/verification"] > 0
+  reasons = {p["reason"] for p in out.samples if p["kind"] == "proposal"}
+  # a random policy cannot read the materials: every question is rejected, none accepted
+  assert reasons <= {"answer_in_question", "rag_mismatch", "verifier_no_answer"}
+  assert out.metrics["proposer/valid_rate"] == 0.0
