@@ -90,10 +90,10 @@ def test_stop_strings_from_own_output(setup):
   for p, tr in zip(PROMPTS, full):
     ids = tr.response_ids
     # a stop string starting inside a multi-byte token, spanning into the next tokens
-    starts = [j for j in range(2, len(ids) - 3) if len(tok.token_bytes[ids[j]]) >= 2]
+    starts = [j for j in range(2, len(ids) - 3) if len(tok.ids_to_bytes([ids[j]])) >= 2]
     for j in rng.permutation(starts)[:3]:
       head = tok.ids_to_bytes(ids[:j])
-      off = len(head) + int(rng.integers(1, len(tok.token_bytes[ids[j]])))
+      off = len(head) + int(rng.integers(1, len(tok.ids_to_bytes([ids[j]]))))
       raw = tok.ids_to_bytes(ids)[off:off + int(rng.integers(2, 7))]
       try:
         s = raw.decode("utf-8")

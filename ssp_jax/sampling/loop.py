@@ -29,6 +29,7 @@ import models
 from models.config import ModelConfig
 from models.decoder import CACHE_LOGICAL
 from models.sharding import Sharder, constrain
+from ssp_jax.sampling.decode_step import decode_forward
 from ssp_jax.sampling.methods import SamplingParams, sample_next
 from ssp_jax.sampling.stops import PAD, StopTables, check_stop
 
@@ -116,9 +117,9 @@ class _Carry(NamedTuple):
 
 def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, c: _Carry) -> _Carry:
   st = c.st
-  logits_B1V, cache = models.forward_with_cache(cfg, params, st.tok_B[:, None], st.pos_B,
-                                                st.cache, dtype=dtype, sharder=sharder)
-  nxt_B, lp_B = sample_next(logits_B1V[:, 0], jax.random.fold_in(key, c.step), sampling)
+  logits_BV, cache = decode_forward(cfg, params, st.tok_B, st.pos_B, st.cache, dtype=dtype,
+                                    sharder=sharder)
+  nxt_B, lp_B = sample_next(logits_BV, jax.random.fold_in(key, c.step), sampling)
   run_B = ~c.done_B
   hit_B, window_BM = check_stop(st.window_BM, nxt_B, tables)
   eos_B = jnp.any(nxt_B[:, None] == eos_E[None, :], axis=1)
