@@ -154,16 +154,27 @@ def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float) -> j
   return (y * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(x.dtype)
 
 
-def _block(cfg: BertConfig, lp: Params, x_BTD, keymask_BS, sharder):
+def _attention(cfg: BertConfig, q_BTNH, k_BSNH, v_BSNH, keymask_BS, attn_impl: str):
+  """Bidirectional attention over the unmasked keys. "xla": einsum with fp32 softmax (any
+  mask); "cudnn"/"auto": `jax.nn.dot_product_attention` with per-row key lengths (needs
+  right-padded, prefix masks; cuDNN flash attention on GPU in bf16)."""
+  if attn_impl != "xla":
+    lengths_B = jnp.sum(keymask_BS, axis=1, dtype=jnp.int32)
+    return jax.nn.dot_product_attention(q_BTNH, k_BSNH, v_BSNH, key_value_seq_lengths=lengths_B,
+                                        implementation=None if attn_impl == "auto" else attn_impl)
+  logits_BNTS = jnp.einsum("BTNH,BSNH->BNTS", q_BTNH, k_BSNH,
+                           preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
+  logits_BNTS = jnp.where(keymask_BS[:, None, None, :], logits_BNTS, jnp.finfo(jnp.float32).min)
+  probs_BNTS = jax.nn.softmax(logits_BNTS, axis=-1).astype(v_BSNH.dtype)
+  return jnp.einsum("BNTS,BSNH->BTNH", probs_BNTS, v_BSNH)
+
+
+def _block(cfg: BertConfig, lp: Params, x_BTD, keymask_BS, sharder, attn_impl: str):
   dt = x_BTD.dtype
   q = jnp.einsum("BTD,DNH->BTNH", x_BTD, lp["wq"].astype(dt)) + lp["bq"].astype(dt)
   k = jnp.einsum("BSD,DNH->BSNH", x_BTD, lp["wk"].astype(dt)) + lp["bk"].astype(dt)
   v = jnp.einsum("BSD,DNH->BSNH", x_BTD, lp["wv"].astype(dt)) + lp["bv"].astype(dt)
-  logits_BNTS = jnp.einsum("BTNH,BSNH->BNTS", q, k,
-                           preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
-  logits_BNTS = jnp.where(keymask_BS[:, None, None, :], logits_BNTS, jnp.finfo(jnp.float32).min)
-  probs_BNTS = jax.nn.softmax(logits_BNTS, axis=-1).astype(dt)
-  attn_BTNH = jnp.einsum("BNTS,BSNH->BTNH", probs_BNTS, v)
+  attn_BTNH = _attention(cfg, q, k, v, keymask_BS, attn_impl)
   attn_BTD = jnp.einsum("BTNH,NHD->BTD", attn_BTNH, lp["wo"].astype(dt)) + lp["bo"].astype(dt)
   x_BTD = layer_norm(x_BTD + attn_BTD, lp["attn_norm_scale"], lp["attn_norm_bias"],
                      cfg.layer_norm_eps)
@@ -178,8 +189,9 @@ def _block(cfg: BertConfig, lp: Params, x_BTD, keymask_BS, sharder):
 
 def hidden_states(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT: jax.Array,
                   token_types_BT: Optional[jax.Array] = None, *, dtype=jnp.float32,
-                  sharder: Optional[Sharder] = None) -> jax.Array:
-  """Last hidden states [B, T, D]. mask_BT: 1 on real tokens, 0 on padding (right-padded)."""
+                  attn_impl: str = "xla", sharder: Optional[Sharder] = None) -> jax.Array:
+  """Last hidden states [B, T, D]. mask_BT: 1 on real tokens, 0 on padding (right-padded).
+  attn_impl: "xla" (default, exact), "cudnn" or "auto" (see `_attention`)."""
   B, T = tokens_BT.shape
   if token_types_BT is None:
     token_types_BT = jnp.zeros((B, T), jnp.int32)
@@ -192,7 +204,7 @@ def hidden_states(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT
   keymask_BS = mask_BT.astype(bool)
 
   def body(x, lp):
-    return _block(cfg, lp, x, keymask_BS, sharder), None
+    return _block(cfg, lp, x, keymask_BS, sharder, attn_impl), None
 
   x_BTD, _ = jax.lax.scan(body, x_BTD, params["layers"])
   return x_BTD
@@ -212,9 +224,10 @@ def l2_normalize(x_BD: jax.Array, eps: float = 1e-12) -> jax.Array:
 
 def embed(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT: jax.Array, *,
           pooling: str = "mean", normalize: bool = True, dtype=jnp.float32,
-          sharder: Optional[Sharder] = None) -> jax.Array:
+          attn_impl: str = "xla", sharder: Optional[Sharder] = None) -> jax.Array:
   """Sentence embeddings [B, D] (fp32): mean (or cls) pooling, then optional L2 norm."""
-  h_BTD = hidden_states(cfg, params, tokens_BT, mask_BT, dtype=dtype, sharder=sharder)
+  h_BTD = hidden_states(cfg, params, tokens_BT, mask_BT, dtype=dtype, attn_impl=attn_impl,
+                        sharder=sharder)
   if pooling == "mean":
     e_BD = mean_pool(h_BTD, mask_BT)
   elif pooling == "cls":

@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   b.add_argument("--shard-size", type=int, default=16384, help="passages per embedding shard")
   b.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                  help="encoder compute dtype (bfloat16 is faster on GPU/TPU)")
+  b.add_argument("--attn-impl", choices=("xla", "cudnn", "auto"), default="xla",
+                 help="attention kernel: xla (exact, default); cudnn (fused, GPU + bfloat16)")
   b.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -53,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
       spec = dataclasses.replace(spec, max_length=args.max_length)
     meta = index.build_dense(corpus, args.out, spec, index_type=args.index_type,
                              batch_size=args.batch_size, shard_size=args.shard_size,
-                             dtype=args.dtype, progress=not args.quiet)
+                             dtype=args.dtype, attn_impl=args.attn_impl,
+                             progress=not args.quiet)
   print(json.dumps(meta, indent=2))
   return 0

@@ -120,15 +120,23 @@ def length_bucket(n: int, hi: int) -> int:
   return min(hi, MIN_LEN_BUCKET * max(1, -(-n // MIN_LEN_BUCKET)))
 
 
+def pick_attn_impl(device: jax.Device, dtype) -> str:
+  """Where cuDNN fused attention can run: half precision on a GPU ("cudnn"); else "xla"."""
+  half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+  return "cudnn" if device.platform == "gpu" and half else "xla"
+
+
 class DenseEncoder:
   """Encodes texts into L2-normalised float32 vectors with the JAX BERT.
 
   devices: the JAX devices to use, batches split over them (default: the CPU for queries at
     search time, `jax.devices()` for index builds, as the callers choose).
+  attn_impl: "xla" (exact einsum attention, the default), "cudnn" (fused, GPU half precision
+    only; `pick_attn_impl` says where it can run) or "auto" (JAX chooses).
   """
 
   def __init__(self, spec: EncoderSpec, *, batch_size: int = 256, dtype=jnp.float32,
-               devices: Optional[Sequence[jax.Device]] = None):
+               devices: Optional[Sequence[jax.Device]] = None, attn_impl: str = "xla"):
     self.spec = spec
     self.cfg, params = bert.load_bert(spec.path, dtype=jnp.float32)
     if spec.max_length > self.cfg.max_position_embeddings:
@@ -142,7 +150,8 @@ class DenseEncoder:
     self._rows = NamedSharding(mesh, P("data"))
     self.params = jax.device_put(params, NamedSharding(mesh, P()))
     self._fn = jax.jit(functools.partial(bert.embed, self.cfg, pooling=spec.pooling,
-                                         normalize=spec.normalize, dtype=dtype))
+                                         normalize=spec.normalize, dtype=dtype,
+                                         attn_impl=attn_impl))
 
   @property
   def dim(self) -> int:

@@ -156,8 +156,8 @@ def make_faiss_index(out: str, n: int, dim: int, shard_size: int, index_type: st
 
 
 def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_size: int = 256,
-                shard_size: int = 16384, dtype: str = "float32", devices=None, encoder=None,
-                progress: bool = True) -> dict:
+                shard_size: int = 16384, dtype: str = "float32", attn_impl: str = "xla",
+                devices=None, encoder=None, progress: bool = True) -> dict:
   """Builds (or resumes) a dense index; returns its meta.
 
   devices: JAX devices to encode on (default: all local devices, batches split over them).
@@ -174,7 +174,7 @@ def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_
     import jax.numpy as jnp
     from retrieval.encoders import DenseEncoder
     encoder = DenseEncoder(spec, batch_size=batch_size, dtype=jnp.dtype(dtype),
-                           devices=devices or jax.devices())
+                           devices=devices or jax.devices(), attn_impl=attn_impl)
   encode_shards(encoder, out, n, shard_size, progress)
   index, params = make_faiss_index(out, n, encoder.dim, shard_size, index_type)
   faiss.write_index(index, os.path.join(out, FAISS_FILE + ".tmp"))

@@ -117,3 +117,13 @@ def test_bad_checkpoint_errors(tiny_dir):
     bert.params_from_state_dict(cfg, {**sd, "extra.weight": np.zeros(3, np.float32)})
   with pytest.raises(ValueError, match="not a BERT encoder"):
     bert.BertConfig.from_hf_dict({"model_type": "qwen2"})
+
+
+def test_fused_attention_path_matches(tiny_dir):
+  """attn_impl="auto" (jax.nn.dot_product_attention with key lengths; XLA on CPU) equals the
+  einsum path on right-padded batches."""
+  cfg, params = bert.load_bert(tiny_dir)
+  ids, mask = random_batch(np.random.default_rng(2), cfg.vocab_size, [12, 5, 1, 9], 12)
+  a = bert.embed(cfg, params, jnp.asarray(ids), jnp.asarray(mask))
+  b = bert.embed(cfg, params, jnp.asarray(ids), jnp.asarray(mask), attn_impl="auto")
+  assert np.max(np.abs(np.asarray(a) - np.asarray(b))) < 1e-5
