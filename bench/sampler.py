@@ -42,7 +42,7 @@ def _params(cfg, dtype):
   return jax.jit(lambda k: models.init_params(cfg, k, dtype=dtype))(jax.random.key(0))
 
 
-def _run_once(cfg, params, B, P, N, dtype, tables):
+def _run_once(cfg, params, dparams, B, P, N, dtype, tables):
   st = S.init_state(cfg, B, P + N, tables.prefix_VM.shape[1], dtype)
   rng = np.random.default_rng(0)
   prompt = jnp.asarray(rng.integers(0, cfg.vocab_size, (B, P)), jnp.int32)
@@ -55,7 +55,7 @@ def _run_once(cfg, params, B, P, N, dtype, tables):
                   jnp.ones((B,), bool))
   jax.block_until_ready(st)
   t1 = time.perf_counter()
-  st, out = S.decode(cfg, st, params, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
+  st, out = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
                      jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(1),
                      num_steps=N, sampling=S.SamplingParams(1.0), dtype=dtype)
   count = int(jax.device_get(out.count_B).sum())
@@ -66,8 +66,9 @@ def _run_once(cfg, params, B, P, N, dtype, tables):
 def single_turn(name, cfg, B, P, N, dtype, repeats):
   params = _params(cfg, dtype)
   tables = S.build_stop_tables([b"x"] * cfg.vocab_size, []).to_device()
-  _run_once(cfg, params, B, P, N, dtype, tables)  # compile
-  runs = [_run_once(cfg, params, B, P, N, dtype, tables) for _ in range(repeats)]
+  dparams = S.make_decode_params(cfg, params, dtype)   # once per rollout call in the engine
+  _run_once(cfg, params, dparams, B, P, N, dtype, tables)  # compile
+  runs = [_run_once(cfg, params, dparams, B, P, N, dtype, tables) for _ in range(repeats)]
   count, pre, dec = min(runs, key=lambda r: r[2])
   assert count == B * N, (count, B * N)
   return {"bench": "sampler_single_turn", "model": name, "batch": B, "prompt_len": P,

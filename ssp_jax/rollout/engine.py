@@ -143,6 +143,7 @@ class RolloutEngine:
     eos_E = jnp.asarray(list(self.tok.eos_ids) or [-1], jnp.int32)
     steps = int(c.steps_per_call)  # fixed: one compiled loop whatever max_new_tokens is
     run.cap = int(c.max_prompt_tokens) + run.max_new + int(c.prefill_chunk) + 1
+    dparams = S.make_decode_params(self.model_cfg, params, self.dtype)
     st = S.init_state(self.model_cfg, B, self._cache_len(0, 0, run.cap),
                       tables.prefix_VM.shape[1], self.cache_dtype, self.sharder)
     rows: list[Optional[_Row]] = [None] * B
@@ -162,7 +163,7 @@ class RolloutEngine:
       st = self._fit_cache(st, need, run)
       exit_after = max(1, math.ceil(float(c.refill_fraction) * len(live)))
       td = time.perf_counter()
-      st, res = S.decode(self.model_cfg, st, params, tables, eos_E, jnp.asarray(limit > 0),
+      st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, jnp.asarray(limit > 0),
                          jnp.asarray(limit), jnp.int32(exit_after), jax.random.fold_in(rng, call),
                          num_steps=steps, sampling=run.sampling, dtype=self.dtype,
                          sharder=self.sharder)

@@ -29,7 +29,9 @@ import models
 from models.config import ModelConfig
 from models.decoder import CACHE_LOGICAL
 from models.sharding import Sharder, constrain
-from ssp_jax.sampling.decode_step import decode_forward
+from ssp_jax.sampling.decode_step import decode_forward, decode_params
+
+make_decode_params = jax.jit(decode_params, static_argnums=(0, 2))
 from ssp_jax.sampling.methods import SamplingParams, sample_next
 from ssp_jax.sampling.stops import PAD, StopTables, check_stop
 
@@ -138,12 +140,13 @@ def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, c:
 
 @functools.partial(jax.jit, static_argnames=("cfg", "num_steps", "sampling", "dtype", "sharder"),
                    donate_argnums=(1,))
-def decode(cfg: ModelConfig, st: DecodeState, params, tables: StopTables, eos_E: jax.Array,
+def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E: jax.Array,
            active_B: jax.Array, limit_B: jax.Array, exit_after: jax.Array, key: jax.Array, *,
            num_steps: int, sampling: SamplingParams, dtype=jnp.float32,
            sharder: Optional[Sharder] = None) -> tuple[DecodeState, DecodeOut]:
   """Decodes up to `num_steps` tokens for the rows in active_B.
 
+  dparams: decode-layout params, `make_decode_params(cfg, params, dtype)` (built once per call).
   limit_B: a row stops (reason LIMIT) after generating this many tokens in this call.
   exit_after: the loop returns once this many rows have finished during the call (the host can
     then refill or splice them); rows still running keep their state and continue next call.
@@ -158,7 +161,7 @@ def decode(cfg: ModelConfig, st: DecodeState, params, tables: StopTables, eos_E:
     finished = jnp.sum((c.done_B & active_B).astype(jnp.int32))
     return (c.step < num_steps) & ~jnp.all(c.done_B) & (finished < exit_after)
 
-  body = functools.partial(_step, cfg, params, tables, eos_E, limit_B, key, sampling, dtype,
+  body = functools.partial(_step, cfg, dparams, tables, eos_E, limit_B, key, sampling, dtype,
                            sharder)
   c = jax.lax.while_loop(cond, body, c)
   return c.st, DecodeOut(c.tokens_BN, c.logprobs_BN, c.count_B, c.reason_B, c.step)
