@@ -34,6 +34,7 @@ import models
 from models.config import ModelConfig
 from ssp_jax import sampling as S
 
+ATTN = "reduce"   # --decode-attention
 TINY = ModelConfig(model_type="qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 
@@ -57,7 +58,8 @@ def _run_once(cfg, params, dparams, B, P, N, dtype, tables):
   t1 = time.perf_counter()
   st, out = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
                      jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(1),
-                     num_steps=N, sampling=S.SamplingParams(1.0), dtype=dtype)
+                     num_steps=N, sampling=S.SamplingParams(1.0), dtype=dtype,
+                     attn_impl=ATTN)
   count = int(jax.device_get(out.count_B).sum())
   t2 = time.perf_counter()
   return count, t1 - t0, t2 - t1
@@ -75,7 +77,7 @@ def single_turn(name, cfg, B, P, N, dtype, repeats):
           "new_tokens": N, "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "prefill_s": round(pre, 4), "decode_s": round(dec, 4),
           "decode_tok_s": round(count / dec, 1), "e2e_tok_s": round(count / (pre + dec), 1),
-          "ms_per_step": round(1000 * dec / N, 3)}
+          "ms_per_step": round(1000 * dec / N, 3), "decode_attention": ATTN}
 
 
 class SyntheticTokenizer:
@@ -108,7 +110,8 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs):
   rc = get_rollout_config()
   rc.update(dict(batch_size=B, max_response_tokens=max_new, max_prompt_tokens=P,
                  dtype=str(jnp.dtype(dtype)), cache_dtype=str(jnp.dtype(dtype)),
-                 steps_per_call=min(256, max_new), max_obs_tokens=max_obs))
+                 steps_per_call=min(256, max_new), max_obs_tokens=max_obs,
+                 decode_attention=ATTN))
   eng = RolloutEngine(cfg, tok, rc, SmallBM25Retriever())
   params = _params(cfg, dtype)
   rng = np.random.default_rng(0)
@@ -143,7 +146,10 @@ def main(argv=None) -> int:
   p.add_argument("--mt-max-new", type=int, default=1024)
   p.add_argument("--mt-prompts-per-slot", type=int, default=2)
   p.add_argument("--mt-max-obs", type=int, default=512)
+  p.add_argument("--decode-attention", default="reduce", help="reduce | cudnn | xla")
   a = p.parse_args(argv)
+  global ATTN
+  ATTN = a.decode_attention
   dtype = jnp.dtype(a.dtype)
   if a.tiny:
     shapes, batches, a.new_tokens, a.mt_max_new, a.mt_max_obs = [("tiny", TINY)], [8], 32, 96, 24

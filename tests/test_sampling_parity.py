@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import models
 from models.decoder import forward_jit
 from ssp_jax.rollout import RolloutEngine, get_rollout_config
 from ssp_jax.testing.tiny_checkpoint import load_params, make_tiny_checkpoint
@@ -139,3 +140,23 @@ def test_top_k_one_is_greedy(setup):
                         max_new_tokens=15, stop=[])
   for a, b, c in zip(g, k1, tiny_p):
     assert a.response_ids == b.response_ids == c.response_ids
+
+
+@pytest.mark.parametrize("impl", ["reduce", "xla"])
+def test_decode_step_equals_chunk_forward(impl):
+  """The while_loop's decode step == models.forward_with_cache at T = 1 (logits and cache)."""
+  from ssp_jax.sampling import decode_forward, decode_params
+  cfg = models.ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
+                           num_heads=4, num_kv_heads=2, head_dim=16)
+  p = models.init_params(cfg, jax.random.key(0), std=0.2)
+  cache = models.init_cache(cfg, 3, 32, jnp.float32)
+  toks = jax.random.randint(jax.random.key(1), (3, 12), 0, 256)
+  start = jnp.asarray([0, 0, 0], jnp.int32)
+  _, cache = models.forward_with_cache(cfg, p, toks[:, :9], start, cache)
+  pos = jnp.asarray([9, 4, 0], jnp.int32)   # rows at different positions (slots past are stale)
+  want, want_cache = models.forward_with_cache(cfg, p, toks[jnp.arange(3), pos][:, None], pos,
+                                               cache)
+  got, got_cache = decode_forward(cfg, decode_params(cfg, p, jnp.float32),
+                                  toks[jnp.arange(3), pos], pos, cache, attn_impl=impl)
+  np.testing.assert_allclose(got, want[:, 0], atol=1e-5)
+  np.testing.assert_allclose(got_cache["k"], want_cache["k"], atol=1e-5)

@@ -82,7 +82,7 @@ class RolloutEngine:
                top_k: Optional[int] = None, max_new_tokens: Optional[int] = None,
                metas: Optional[Sequence[dict]] = None) -> list[Trajectory]:
     """One Trajectory per prompt, in order. Prompts are raw strings, chat message lists or
-    token-id lists; None arguments take the rollout config's values."""
+    token-id lists; None arguments (and max_new_tokens=0) take the rollout config's values."""
     c = self.cfg
     run = _Run(
         stops=tuple(c.stop if stop is None else stop),
@@ -90,7 +90,9 @@ class RolloutEngine:
         sampling=S.SamplingParams(
             float(c.temperature if temperature is None else temperature),
             float(c.top_p if top_p is None else top_p), int(c.top_k if top_k is None else top_k)),
-        max_new=int(c.max_response_tokens if max_new_tokens is None else max_new_tokens))
+        max_new=int(max_new_tokens or c.max_response_tokens))   # None / 0: the config's
+    if run.max_new < 0:
+      raise ValueError(f"max_new_tokens must be positive, got {run.max_new}")
     queue = collections.deque()
     for i, p in enumerate(prompts):
       ids, truncated = self._prompt_ids(p)
@@ -166,7 +168,7 @@ class RolloutEngine:
       st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, jnp.asarray(limit > 0),
                          jnp.asarray(limit), jnp.int32(exit_after), jax.random.fold_in(rng, call),
                          num_steps=steps, sampling=run.sampling, dtype=self.dtype,
-                         sharder=self.sharder)
+                         sharder=self.sharder, attn_impl=str(c.decode_attention))
       res = jax.device_get(res)
       stats["decode_s"] += time.perf_counter() - td
       stats["decode_calls"] += 1

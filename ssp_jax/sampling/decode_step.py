@@ -57,11 +57,21 @@ def decode_params(cfg: ModelConfig, params, dtype) -> dict:
           "lm_head": cast(D.lm_head_weight(cfg, params)), "layers": layers}
 
 
+ATTN_IMPLS = ("reduce", "cudnn", "xla")
+
+
 def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax.Array,
-                   cache: dict, *, dtype=jnp.float32,
-                   sharder: Optional[Sharder] = None) -> tuple[jax.Array, dict]:
+                   cache: dict, *, dtype=jnp.float32, sharder: Optional[Sharder] = None,
+                   attn_impl: str = "reduce") -> tuple[jax.Array, dict]:
   """Feeds tok_B at pos_B; returns (float32 logits [B, V], cache with slot pos_B written).
-  `dparams` comes from `decode_params`."""
+  `dparams` comes from `decode_params`.
+
+  attn_impl: "reduce" (default) attends with the read-only cache + two-part softmax above and
+    writes all layers' K/V after the layers; "cudnn" / "xla" write each layer's K/V first and
+    call `jax.nn.dot_product_attention` with `key_value_seq_lengths = pos + 1` ("cudnn": the
+    cuDNN flash kernel on NVIDIA GPUs, reading the cache in its stored layout)."""
+  if attn_impl not in ATTN_IMPLS:
+    raise ValueError(f"decode attention {attn_impl!r} unknown; use one of {ATTN_IMPLS}")
   B = tok_B.shape[0]
   S = cache["k"].shape[2]
   K, N, H = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
@@ -72,22 +82,29 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   mask_BS = jnp.arange(S, dtype=jnp.int32)[None, :] < positions_B1   # strictly earlier slots
 
   x_B1D = D._embed(cfg, dparams, tok_B[:, None], dtype, sharder)
+  rows_B = jnp.arange(B)
+  k_all, v_all = cache["k"], cache["v"]
   new_k, new_v = [], []
   for l, lp in enumerate(dparams["layers"]):             # unrolled: static, whole weights
     q, k, v = D._qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
-    k_BSKH, v_BSKH = cache["k"][l], cache["v"][l]          # read only
-    k_BKH, v_BKH = k[:, 0].astype(k_BSKH.dtype), v[:, 0].astype(v_BSKH.dtype)
-    attn = _decode_attention(q[:, 0].reshape(B, K, G, H), k_BSKH, v_BSKH, mask_BS,
-                             k_BKH, v_BKH)
-    x_B1D = D._attn_out_and_mlp(cfg, lp, x_B1D, attn.reshape(B, 1, N, H), sharder)
-    new_k.append(k_BKH)
-    new_v.append(v_BKH)
-  # One in-place scatter of the new token's K/V for all layers, after the layers.
-  rows_B = jnp.arange(B)
-  new = {}
-  for name, xs in (("k", new_k), ("v", new_v)):
-    c = cache[name].at[:, rows_B, pos_B].set(jnp.stack(xs))
-    new[name] = constrain(c, CACHE_LOGICAL, sharder)
+    k_BKH, v_BKH = k[:, 0].astype(k_all.dtype), v[:, 0].astype(v_all.dtype)
+    if attn_impl == "reduce":
+      attn_B1NH = _decode_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], mask_BS,
+                                    k_BKH, v_BKH).reshape(B, 1, N, H)
+      new_k.append(k_BKH)
+      new_v.append(v_BKH)
+    else:
+      k_all = k_all.at[l, rows_B, pos_B].set(k_BKH)
+      v_all = v_all.at[l, rows_B, pos_B].set(v_BKH)
+      attn_B1NH = jax.nn.dot_product_attention(
+          q, k_all[l].astype(q.dtype), v_all[l].astype(q.dtype),
+          key_value_seq_lengths=pos_B.astype(jnp.int32) + 1, implementation=attn_impl)
+    x_B1D = D._attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
+  if attn_impl == "reduce":  # one in-place scatter of the new K/V of all layers
+    k_all = k_all.at[:, rows_B, pos_B].set(jnp.stack(new_k))
+    v_all = v_all.at[:, rows_B, pos_B].set(jnp.stack(new_v))
+  new = {"k": constrain(k_all, CACHE_LOGICAL, sharder),
+         "v": constrain(v_all, CACHE_LOGICAL, sharder)}
   h_B1D = L_.rms_norm(x_B1D, dparams["final_norm"], cfg.rms_norm_eps)
   logits = jnp.einsum("BTD,DV->BTV", h_B1D, dparams["lm_head"].astype(h_B1D.dtype),
                       preferred_element_type=jnp.float32)

@@ -117,10 +117,11 @@ class _Carry(NamedTuple):
   logprobs_BN: jax.Array
 
 
-def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, c: _Carry) -> _Carry:
+def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, attn_impl,
+          c: _Carry) -> _Carry:
   st = c.st
   logits_BV, cache = decode_forward(cfg, params, st.tok_B, st.pos_B, st.cache, dtype=dtype,
-                                    sharder=sharder)
+                                    sharder=sharder, attn_impl=attn_impl)
   nxt_B, lp_B = sample_next(logits_BV, jax.random.fold_in(key, c.step), sampling)
   run_B = ~c.done_B
   hit_B, window_BM = check_stop(st.window_BM, nxt_B, tables)
@@ -138,12 +139,13 @@ def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, c:
                 logprobs_BN)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "num_steps", "sampling", "dtype", "sharder"),
-                   donate_argnums=(1,))
+@functools.partial(jax.jit, static_argnames=("cfg", "num_steps", "sampling", "dtype", "sharder",
+                                             "attn_impl"), donate_argnums=(1,))
 def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E: jax.Array,
            active_B: jax.Array, limit_B: jax.Array, exit_after: jax.Array, key: jax.Array, *,
            num_steps: int, sampling: SamplingParams, dtype=jnp.float32,
-           sharder: Optional[Sharder] = None) -> tuple[DecodeState, DecodeOut]:
+           sharder: Optional[Sharder] = None,
+           attn_impl: str = "reduce") -> tuple[DecodeState, DecodeOut]:
   """Decodes up to `num_steps` tokens for the rows in active_B.
 
   dparams: decode-layout params, `make_decode_params(cfg, params, dtype)` (built once per call).
@@ -162,6 +164,6 @@ def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E
     return (c.step < num_steps) & ~jnp.all(c.done_B) & (finished < exit_after)
 
   body = functools.partial(_step, cfg, dparams, tables, eos_E, limit_B, key, sampling, dtype,
-                           sharder)
+                           sharder, attn_impl)
   c = jax.lax.while_loop(cond, body, c)
   return c.st, DecodeOut(c.tokens_BN, c.logprobs_BN, c.count_B, c.reason_B, c.step)
