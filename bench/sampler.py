@@ -146,10 +146,10 @@ def main(argv=None) -> int:
   p.add_argument("--mt-max-new", type=int, default=1024)
   p.add_argument("--mt-prompts-per-slot", type=int, default=2)
   p.add_argument("--mt-max-obs", type=int, default=512)
-  p.add_argument("--decode-attention", default="reduce", help="reduce | cudnn | xla")
+  p.add_argument("--decode-attention", default="reduce",
+                 help="reduce | einsum | cudnn | xla; a comma list compares them")
   a = p.parse_args(argv)
   global ATTN
-  ATTN = a.decode_attention
   dtype = jnp.dtype(a.dtype)
   if a.tiny:
     shapes, batches, a.new_tokens, a.mt_max_new, a.mt_max_obs = [("tiny", TINY)], [8], 32, 96, 24
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     shapes = [(n, models.get_preset(n)) for n in a.presets.split(",")]
     batches = [int(b) for b in a.batches.split(",")]
   for name, cfg in shapes:
-    for B in batches:
+    for B, ATTN in [(b, i) for b in batches for i in a.decode_attention.split(",")]:
       if a.single:
         print(json.dumps(single_turn(name, cfg, B, a.prompt_len, a.new_tokens, dtype,
                                      a.repeats)), flush=True)

@@ -27,19 +27,27 @@ from models import layers as L_
 from models.sharding import Sharder, constrain
 
 
-def _decode_attention(q_BKGH, k_BSKH, v_BSKH, mask_BS, k_BKH, v_BKH):
+def _decode_attention(q_BKGH, k_BSKH, v_BSKH, mask_BS, k_BKH, v_BKH, einsum: bool = False):
   """Single-query GQA attention, fp32 softmax, over the cached slots in mask_BS (strictly before
   the query) plus the query token's own k/v (not yet in the cache). Returns [B, K, G, H]."""
   H = q_BKGH.shape[-1]
   qf = q_BKGH.astype(jnp.float32) / math.sqrt(H)
-  s_BSKG = jnp.sum(qf[:, None] * k_BSKH[:, :, :, None, :], axis=-1, dtype=jnp.float32)
+  if einsum:  # dot_general (batched GEMMs) instead of multiply-reduce
+    s_BSKG = jnp.einsum("BKGH,BSKH->BSKG", (q_BKGH / math.sqrt(H)).astype(k_BSKH.dtype), k_BSKH,
+                        preferred_element_type=jnp.float32)
+  else:
+    s_BSKG = jnp.sum(qf[:, None] * k_BSKH[:, :, :, None, :], axis=-1, dtype=jnp.float32)
   s_BSKG = jnp.where(mask_BS[:, :, None, None], s_BSKG, -jnp.inf)
   s_BKG = jnp.sum(qf * k_BKH[:, :, None, :].astype(jnp.float32), axis=-1)
   m_BKG = jnp.maximum(jnp.max(s_BSKG, axis=1), s_BKG)
   p_BSKG = jnp.exp(s_BSKG - m_BKG[:, None])
   p_BKG = jnp.exp(s_BKG - m_BKG)
   denom_BKG = jnp.sum(p_BSKG, axis=1) + p_BKG
-  out = jnp.sum(p_BSKG[..., None] * v_BSKH[:, :, :, None, :].astype(jnp.float32), axis=1)
+  if einsum:
+    out = jnp.einsum("BSKG,BSKH->BKGH", p_BSKG.astype(v_BSKH.dtype), v_BSKH,
+                     preferred_element_type=jnp.float32)
+  else:
+    out = jnp.sum(p_BSKG[..., None] * v_BSKH[:, :, :, None, :].astype(jnp.float32), axis=1)
   out = out + p_BKG[..., None] * v_BKH[:, :, None, :].astype(jnp.float32)
   return (out / denom_BKG[..., None]).astype(q_BKGH.dtype)
 
@@ -57,7 +65,7 @@ def decode_params(cfg: ModelConfig, params, dtype) -> dict:
           "lm_head": cast(D.lm_head_weight(cfg, params)), "layers": layers}
 
 
-ATTN_IMPLS = ("reduce", "cudnn", "xla")
+ATTN_IMPLS = ("reduce", "einsum", "cudnn", "xla")
 
 
 def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax.Array,
@@ -66,8 +74,8 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   """Feeds tok_B at pos_B; returns (float32 logits [B, V], cache with slot pos_B written).
   `dparams` comes from `decode_params`.
 
-  attn_impl: "reduce" (default) attends with the read-only cache + two-part softmax above and
-    writes all layers' K/V after the layers; "cudnn" / "xla" write each layer's K/V first and
+  attn_impl: "reduce" (default; multiply-reduce) or "einsum" (batched GEMMs) attend with the
+    read-only cache + two-part softmax above and write all layers' K/V after the layers; "cudnn" / "xla" write each layer's K/V first and
     call `jax.nn.dot_product_attention` with `key_value_seq_lengths = pos + 1` ("cudnn": the
     cuDNN flash kernel on NVIDIA GPUs, reading the cache in its stored layout)."""
   if attn_impl not in ATTN_IMPLS:
@@ -88,9 +96,9 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   for l, lp in enumerate(dparams["layers"]):             # unrolled: static, whole weights
     q, k, v = D._qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
     k_BKH, v_BKH = k[:, 0].astype(k_all.dtype), v[:, 0].astype(v_all.dtype)
-    if attn_impl == "reduce":
+    if attn_impl in ("reduce", "einsum"):
       attn_B1NH = _decode_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], mask_BS,
-                                    k_BKH, v_BKH).reshape(B, 1, N, H)
+                                    k_BKH, v_BKH, attn_impl == "einsum").reshape(B, 1, N, H)
       new_k.append(k_BKH)
       new_v.append(v_BKH)
     else:
@@ -100,7 +108,7 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
           q, k_all[l].astype(q.dtype), v_all[l].astype(q.dtype),
           key_value_seq_lengths=pos_B.astype(jnp.int32) + 1, implementation=attn_impl)
     x_B1D = D._attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
-  if attn_impl == "reduce":  # one in-place scatter of the new K/V of all layers
+  if attn_impl in ("reduce", "einsum"):  # one in-place scatter of the new K/V of all layers
     k_all = k_all.at[:, rows_B, pos_B].set(jnp.stack(new_k))
     v_all = v_all.at[:, rows_B, pos_B].set(jnp.stack(new_v))
   new = {"k": constrain(k_all, CACHE_LOGICAL, sharder),
