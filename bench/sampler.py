@@ -34,7 +34,7 @@ import models
 from models.config import ModelConfig
 from ssp_jax import sampling as S
 
-ATTN = "reduce"   # --decode-attention
+ATTN = "einsum"   # --decode-attention
 TINY = ModelConfig(model_type="qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
   p.add_argument("--mt-max-new", type=int, default=1024)
   p.add_argument("--mt-prompts-per-slot", type=int, default=2)
   p.add_argument("--mt-max-obs", type=int, default=512)
-  p.add_argument("--decode-attention", default="reduce",
+  p.add_argument("--decode-attention", default="einsum",
                  help="reduce | einsum | cudnn | xla; a comma list compares them")
   a = p.parse_args(argv)
   global ATTN

@@ -17,7 +17,7 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
   c.dtype = "bfloat16"          # compute dtype of the forward pass
   c.cache_dtype = "bfloat16"    # KV cache dtype
-  c.decode_attention = "reduce" # reduce | einsum (any backend) | cudnn (NVIDIA flash) | xla
+  c.decode_attention = "einsum" # einsum (batched GEMMs; fastest on H200) | reduce | cudnn | xla
   # --- sampling ---
   c.temperature = 1.0           # 0 = greedy; recorded log-probs are log_softmax(logits / T)
   c.top_p = 1.0                 # 1 = off

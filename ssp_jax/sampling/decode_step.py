@@ -7,9 +7,8 @@ Differences from the generic chunk forward, all about memory traffic at T = 1:
     the query plus the query's own k/v (a two-part softmax), and the new K/V of all layers go in
     with one scatter at (row, position) after the scan, in place on the while-loop carry. No
     layer's cache is copied into a new stacked scan output on every step.
-  * Attention is written as multiply-reduce over the cache in its stored layout ([B, S, K, H]),
-    so the cache is streamed once per layer without the transposes a batched GEMM would need
-    (decode attention is bandwidth-bound anyway).
+  * Attention over the cache is two batched GEMMs (`einsum`, the default; on an H200 it is 1.7x
+    faster end to end than a multiply-reduce over the cache layout, see bench/RESULTS.md).
 Equality with `forward_with_cache` is tested (tests/test_sampling_parity.py, HF greedy parity).
 """
 from __future__ import annotations
@@ -70,11 +69,11 @@ ATTN_IMPLS = ("reduce", "einsum", "cudnn", "xla")
 
 def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax.Array,
                    cache: dict, *, dtype=jnp.float32, sharder: Optional[Sharder] = None,
-                   attn_impl: str = "reduce") -> tuple[jax.Array, dict]:
+                   attn_impl: str = "einsum") -> tuple[jax.Array, dict]:
   """Feeds tok_B at pos_B; returns (float32 logits [B, V], cache with slot pos_B written).
   `dparams` comes from `decode_params`.
 
-  attn_impl: "reduce" (default; multiply-reduce) or "einsum" (batched GEMMs) attend with the
+  attn_impl: "einsum" (default; batched GEMMs) or "reduce" (multiply-reduce) attend with the
     read-only cache + two-part softmax above and write all layers' K/V after the layers; "cudnn" / "xla" write each layer's K/V first and
     call `jax.nn.dot_product_attention` with `key_value_seq_lengths = pos + 1` ("cudnn": the
     cuDNN flash kernel on NVIDIA GPUs, reading the cache in its stored layout)."""

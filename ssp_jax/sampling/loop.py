@@ -145,7 +145,7 @@ def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E
            active_B: jax.Array, limit_B: jax.Array, exit_after: jax.Array, key: jax.Array, *,
            num_steps: int, sampling: SamplingParams, dtype=jnp.float32,
            sharder: Optional[Sharder] = None,
-           attn_impl: str = "reduce") -> tuple[DecodeState, DecodeOut]:
+           attn_impl: str = "einsum") -> tuple[DecodeState, DecodeOut]:
   """Decodes up to `num_steps` tokens for the rows in active_B.
 
   dparams: decode-layout params, `make_decode_params(cfg, params, dtype)` (built once per call).
