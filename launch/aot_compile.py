@@ -87,24 +87,37 @@ def compile_train_step(mcfg, cfg, sharder, seq):
       "param_dtype": rl.param_dtype, "compute_dtype": rl.compute_dtype, "kl_ref": with_ref})
 
 
+def _decode_layout(mcfg, sharder, dtype):
+  """Abstract decode-layout params (`ssp_jax.sampling.decode_params`: per-layer buffers, the
+  [D, V] output projection), each with the sharding its logical axes give."""
+  shapes, logical = models.param_shapes(mcfg), models.param_logical_axes(mcfg)
+  sds = lambda shape, axes: _sds(tuple(shape), dtype, sharder.sharding(axes))
+  layer = {k: sds(shape[1:], logical["layers"][k][1:]) for k, shape in shapes["layers"].items()}
+  V, D = shapes["embed"]
+  return {"embed": sds((V, D), logical["embed"]), "final_norm": sds((D,), ("norm",)),
+          "lm_head": sds((D, V), ("embed", "vocab")),
+          "layers": [dict(layer) for _ in range(mcfg.num_layers)]}
+
+
 def compile_decode_step(mcfg, cfg, sharder, batch, cache_len):
+  """The sampler's decode step (`ssp_jax.sampling.decode_forward`) at the config's slots."""
+  from ssp_jax.sampling.decode_step import decode_forward
   dtype = jnp.dtype(cfg.rollout.get("dtype", "bfloat16"))
-  p_sh = sharder.tree_shardings(models.param_logical_axes(mcfg))
-  params = jax.tree.map(lambda s, sh: _sds(s, dtype, sh), models.param_shapes(mcfg), p_sh,
-                        is_leaf=lambda x: isinstance(x, tuple))
+  cache_dtype = jnp.dtype(cfg.rollout.get("cache_dtype", "bfloat16"))
+  attn = cfg.rollout.get("decode_attention", "einsum")
+  dparams = _decode_layout(mcfg, sharder, dtype)
   cache_sh = sharder.sharding(models.decoder.CACHE_LOGICAL)
   shape = (mcfg.num_layers, batch, cache_len, mcfg.num_kv_heads, mcfg.head_dim)
-  cache = {"k": _sds(shape, dtype, cache_sh), "v": _sds(shape, dtype, cache_sh)}
+  cache = {"k": _sds(shape, cache_dtype, cache_sh), "v": _sds(shape, cache_dtype, cache_sh)}
   row = NamedSharding(sharder.mesh, P(sharder.spec(("act_batch",))[0]))
-  tok = _sds((batch, 1), jnp.int32, NamedSharding(sharder.mesh,
-                                                  P(sharder.spec(("act_batch",))[0], None)))
-  start = _sds((batch,), jnp.int32, row)
+  tok, pos = _sds((batch,), jnp.int32, row), _sds((batch,), jnp.int32, row)
 
   def step(p, t, s, c):
-    return models.forward_with_cache(mcfg, p, t, s, c, dtype=dtype, sharder=sharder)
+    return decode_forward(mcfg, p, t, s, c, dtype=dtype, sharder=sharder, attn_impl=attn)
 
-  compiled = jax.jit(step, donate_argnums=(3,)).lower(params, tok, start, cache).compile()
-  return memory_report("decode_step", compiled, {"batch": batch, "cache_len": cache_len})
+  compiled = jax.jit(step, donate_argnums=(3,)).lower(dparams, tok, pos, cache).compile()
+  return memory_report("decode_step", compiled, {"batch": batch, "cache_len": cache_len,
+                                                 "decode_attention": attn})
 
 
 def main():

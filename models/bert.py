@@ -25,6 +25,8 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
+
+from models.init import init_from_shapes
 import numpy as np
 
 from models.config import ConfigError
@@ -127,19 +129,10 @@ def param_logical_axes(cfg: BertConfig) -> Params:
 
 def init_params(cfg: BertConfig, rng: jax.Array, dtype=jnp.float32, std: float = 0.02) -> Params:
   """Random init (normal(std) weights, ones for norm scales, zeros for biases)."""
-  flat, treedef = jax.tree_util.tree_flatten_with_path(
-      param_shapes(cfg), is_leaf=lambda x: isinstance(x, tuple))
-  keys = jax.random.split(rng, len(flat))
-  leaves = []
-  for (path, shape), key in zip(flat, keys):
-    name = jax.tree_util.keystr(path)
-    if "norm_scale" in name:
-      leaves.append(jnp.ones(shape, dtype))
-    elif "bias" in name or name.split("'")[-2] in ("bq", "bk", "bv", "bo", "b_in", "b_out"):
-      leaves.append(jnp.zeros(shape, dtype))
-    else:
-      leaves.append((std * jax.random.normal(key, shape, jnp.float32)).astype(dtype))
-  return jax.tree_util.tree_unflatten(treedef, leaves)
+  return init_from_shapes(param_shapes(cfg), rng, dtype, std,
+                          is_one=lambda n: "norm_scale" in n,
+                          is_zero=lambda n: "bias" in n or n in ("bq", "bk", "bv", "bo", "b_in",
+                                                                 "b_out"))
 
 
 # --------------------------------------------------------------------------------------------

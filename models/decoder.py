@@ -32,6 +32,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from models import layers as L_
 from models.config import ModelConfig
+from models.init import init_from_shapes
 from models.sharding import Sharder, constrain
 
 Params = dict[str, Any]
@@ -94,19 +95,8 @@ CACHE_LOGICAL = ("layers", "act_batch", "act_kv_len", "act_kv_heads", "head_dim"
 
 def init_params(cfg: ModelConfig, rng: jax.Array, dtype=jnp.float32, std: float = 0.02) -> Params:
   """Random init (normal(std) weights, ones for norms, zeros for biases). For tests/benchmarks."""
-  shapes = param_shapes(cfg)
-  flat, treedef = jax.tree_util.tree_flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
-  keys = jax.random.split(rng, len(flat))
-  leaves = []
-  for (path, shape), key in zip(flat, keys):
-    name = jax.tree_util.keystr(path)
-    if "norm" in name:
-      leaves.append(jnp.ones(shape, dtype))
-    elif "'b" in name and name.split("'")[-2] in ("bq", "bk", "bv"):
-      leaves.append(jnp.zeros(shape, dtype))
-    else:
-      leaves.append((std * jax.random.normal(key, shape, jnp.float32)).astype(dtype))
-  return jax.tree_util.tree_unflatten(treedef, leaves)
+  return init_from_shapes(param_shapes(cfg), rng, dtype, std, is_one=lambda n: "norm" in n,
+                          is_zero=lambda n: n in ("bq", "bk", "bv"))
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.bfloat16) -> dict:
