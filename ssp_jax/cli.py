@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # verb -> (module, one-line help)
@@ -48,7 +49,15 @@ def main(argv=None) -> int:
     print(f"ssp-jax {args.verb}: not available in this build ({args._missing})", file=sys.stderr)
     return 2
   mod = importlib.import_module(args._module)
-  return int(mod.run(args) or 0)
+  try:
+    return int(mod.run(args) or 0)
+  except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+    # Bad input (a missing path, a malformed file or config): one line naming the problem and
+    # exit 2. SSP_JAX_DEBUG=1 shows the traceback instead.
+    if os.environ.get("SSP_JAX_DEBUG"):
+      raise
+    print(f"ssp-jax {args.verb}: {type(e).__name__}: {e}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
