@@ -5,6 +5,9 @@
 # Copies this checkout to $REMOTE_DIR on all workers (rsync over gcloud scp), then runs
 # launch/run_local.sh there, which creates the venv once (idempotent) and starts training.
 # The config sets distributed=true so each worker calls jax.distributed.initialize().
+# Status: multi-host rollouts are not supported yet (the rollout engine is single-process), so
+# on a multi-host slice `ssp-jax train` stops at start-up with a message saying so. Single-host
+# TPU VMs work with --config.distributed=false.
 set -euo pipefail
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -43,5 +43,14 @@ def run(args: argparse.Namespace) -> int:
   if config.distributed:
     import jax
     jax.distributed.initialize()
+    if jax.process_count() > 1:
+      # The rollout engine reads per-row results on the host with jax.device_get and feeds host
+      # arrays back, which needs every device to be addressable from one process. Fail before
+      # loading anything rather than part-way through the first rollout.
+      print(f"ssp-jax train: {jax.process_count()} processes found, but multi-host rollouts are "
+            "not supported yet; run on one host (e.g. 8 GPUs, or a single-host TPU VM) with "
+            "--config.distributed=false. `launch/aot_compile.py` still checks pod shardings.",
+            file=sys.stderr)
+      return 2
   from ssp_jax.ssp.trainer import train
   return train(config)
