@@ -27,10 +27,24 @@ def default_corpus_path() -> str:
   return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "wiki_sample.jsonl.gz")
 
 
-def _open_text(path: str) -> io.TextIOBase:
+def open_text(path: str) -> io.TextIOBase:
+  """A UTF-8 text stream over a plain or gzip-compressed (`.gz`) file."""
   if path.endswith(".gz"):
     return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
   return open(path, encoding="utf-8")
+
+
+def iter_jsonl(path: str) -> Iterator[tuple[int, dict]]:
+  """(1-based line number, record) for each non-empty line of a JSONL / JSONL.gz file, streaming;
+  a line that is not JSON raises ValueError naming the file and line."""
+  with open_text(path) as f:
+    for lineno, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        yield lineno, json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{lineno}: not a JSON line ({e})") from None
 
 
 def iter_corpus(path: str) -> Iterator[dict]:
@@ -42,15 +56,8 @@ def iter_corpus(path: str) -> Iterator[dict]:
   if not os.path.exists(path):
     raise FileNotFoundError(f"corpus file {path!r} does not exist; pass --corpus PATH to a JSONL "
                             "file of {\"id\", \"contents\"} lines")
-  with _open_text(path) as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        rec = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{lineno}: not a JSON line ({e})") from None
-      yield {"id": str(rec.get("id", lineno - 1)), "contents": _contents(rec, path, lineno)}
+  for lineno, rec in iter_jsonl(path):
+    yield {"id": str(rec.get("id", lineno - 1)), "contents": _contents(rec, path, lineno)}
 
 
 def _contents(rec: dict, path: str, lineno: int) -> str:
@@ -64,7 +71,7 @@ def _contents(rec: dict, path: str, lineno: int) -> str:
 
 def count_passages(path: str) -> int:
   """Number of non-empty lines (one streaming pass, no JSON parsing)."""
-  with _open_text(path) as f:
+  with open_text(path) as f:
     return sum(1 for line in f if line.strip())
 
 

@@ -17,12 +17,11 @@ file order, and a smaller limit picks a subset of a larger one.
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
-import json
 import os
 from typing import Any, Optional
+
+from retrieval.corpus import iter_jsonl
 
 Example = dict[str, Any]
 
@@ -35,12 +34,6 @@ def builtin_path(name: str) -> str:
     raise ValueError(f"unknown builtin eval set {name!r}; known: {', '.join(sorted(BUILTIN))}")
   return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                       BUILTIN[name])
-
-
-def _open_text(path: str) -> io.TextIOBase:
-  if path.endswith(".gz"):
-    return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-  return open(path, encoding="utf-8")
 
 
 def _as_example(rec: dict, where: str, fallback_id: str) -> Example:
@@ -69,15 +62,8 @@ def load_jsonl(path: str, name: Optional[str] = None) -> list[Example]:
                             "with a FlashRAG JSONL file)")
   name = name or os.path.basename(path).split(".")[0]
   out = []
-  with _open_text(path) as f:
-    for i, line in enumerate(f):
-      if not line.strip():
-        continue
-      try:
-        rec = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{i + 1}: not valid JSON ({e})") from None
-      out.append(_as_example(rec, f"{path}:{i + 1}", f"{name}-{i}"))
+  for lineno, rec in iter_jsonl(path):
+    out.append(_as_example(rec, f"{path}:{lineno}", f"{name}-{lineno - 1}"))
   if not out:
     raise ValueError(f"eval data file {path!r} holds no examples")
   return out
