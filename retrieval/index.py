@@ -8,6 +8,8 @@ Index directory layout (the same for both encoders):
   docs.jsonl, docs_offsets.npy   the passages, looked up by row at search time (`DocStore`)
   emb/shard_00000.npy  dense: float32 [shard_size, D] embeddings, written as each shard completes
   index.faiss          dense: the faiss index (Flat IP, IVF-SQ8 or HNSW-SQ8)
+  win/, windows.faiss, win_offsets.npy   dense with --sentence-windows N: sentence-window
+                       vectors and their index (`retrieval.windows`)
   bm25/                bm25: the `bm25s` index and its tokenizer vocabulary
 """
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Optional
 
 import numpy as np
 
-from retrieval.corpus import DocStore, count_passages, write_doc_store
+from retrieval import windows
+from retrieval.corpus import DocStore, write_doc_store
 
 META_FILE = "meta.json"
 STATE_FILE = "build_state.json"
@@ -70,7 +73,8 @@ def _prepare(corpus: str, out: str, state: dict, log) -> int:
       return int(old["num_passages"])
   elif old is not None:
     log(f"{out} holds a build for other inputs; starting over")
-  for name in (META_FILE, FAISS_FILE, "emb", "bm25"):
+  for name in (META_FILE, FAISS_FILE, "emb", "bm25", "win", windows.WINDOWS_FAISS,
+               windows.OFFSETS_FILE):
     path = os.path.join(out, name)
     if os.path.isdir(path):
       shutil.rmtree(path)
@@ -124,16 +128,18 @@ def iter_shards(out: str, n: int, shard_size: int):
     yield np.load(shard_path(out, k), mmap_mode="r")
 
 
-def _train_sample(out: str, n: int, shard_size: int, size: int) -> np.ndarray:
+def _train_sample(paths: list[str], size: int) -> np.ndarray:
   """Up to `size` vectors spread evenly over all shards."""
-  n_shards = math.ceil(n / shard_size)
-  per = max(1, size // n_shards)
-  parts = [np.asarray(s[::max(1, len(s) // per)][:per]) for s in iter_shards(out, n, shard_size)]
+  per = max(1, size // len(paths))
+  parts = []
+  for p in paths:
+    s = np.load(p, mmap_mode="r")
+    parts.append(np.asarray(s[::max(1, len(s) // per)][:per]))
   return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
 
 
-def make_faiss_index(out: str, n: int, dim: int, shard_size: int, index_type: str):
-  """Returns (faiss index, search params for the meta)."""
+def make_faiss_index(paths: list[str], n: int, dim: int, index_type: str):
+  """(faiss index over the vectors of the .npy shards `paths` (n rows in all), search params)."""
   import faiss
   if index_type == "flat":
     index, params = faiss.IndexFlatIP(dim), {}
@@ -149,26 +155,61 @@ def make_faiss_index(out: str, n: int, dim: int, shard_size: int, index_type: st
   else:
     raise ValueError(f"index type {index_type!r} is unknown; use one of {INDEX_TYPES}")
   if not index.is_trained:
-    index.train(_train_sample(out, n, shard_size, 256 * max(params.get("nlist", 1), 256)))
-  for emb in iter_shards(out, n, shard_size):
-    index.add(np.ascontiguousarray(emb, dtype=np.float32))
+    index.train(_train_sample(paths, 256 * max(params.get("nlist", 1), 256)))
+  for p in paths:
+    index.add(np.ascontiguousarray(np.load(p, mmap_mode="r"), dtype=np.float32))
   return index, params
+
+
+def _write_index(index, path: str) -> None:
+  import faiss
+  faiss.write_index(index, path + ".tmp")
+  os.replace(path + ".tmp", path)
+
+
+def encode_window_shards(encoder, out: str, n: int, shard_size: int, n_sentences: int,
+                         progress: bool = True) -> None:
+  """Encodes the sentence windows of every passage, one shard per passage shard (resumable)."""
+  from tqdm import tqdm
+  windows.prepare_dir(out, n_sentences)
+  store = DocStore(out)
+  n_shards = math.ceil(n / shard_size)
+  todo = [k for k in range(n_shards) if not os.path.exists(windows.shard_path(out, k))]
+  bar = tqdm(total=n, initial=n - sum(min(shard_size, n - k * shard_size) for k in todo),
+             unit="passage", desc=f"encoding {n_sentences}-sentence windows",
+             disable=not progress, smoothing=0.05, dynamic_ncols=True, file=sys.stderr)
+  for k in todo:
+    rows = range(k * shard_size, min(n, (k + 1) * shard_size))
+    per = [windows.passage_windows(store.get(r)["contents"], n_sentences) for r in rows]
+    offsets = np.cumsum([0] + [len(w) for w in per]).astype(np.int64)
+    emb = encoder.encode_ids(encoder.tokenize([w for ws in per for w in ws], "passage"))
+    windows.save_shard(out, k, emb, offsets)
+    bar.update(len(rows))
+  bar.close()
 
 
 def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_size: int = 256,
                 shard_size: int = 16384, dtype: str = "float32", attn_impl: str = "xla",
-                devices=None, encoder=None, progress: bool = True) -> dict:
+                sentence_windows: int = 0, devices=None, encoder=None,
+                progress: bool = True) -> dict:
   """Builds (or resumes) a dense index; returns its meta.
 
+  sentence_windows: N > 0 also indexes windows of N sentences of each passage and scores a
+    passage by its own and its best window's cosine (`retrieval.windows`); 0 (the paper's
+    setting) indexes passage vectors only.
   devices: JAX devices to encode on (default: all local devices, batches split over them).
   encoder: overrides the encoder made from `spec` (tests wrap it to interrupt a build).
   """
-  import faiss
   if index_type not in INDEX_TYPES:
     raise ValueError(f"index type {index_type!r} is unknown; use one of {INDEX_TYPES}")
+  if sentence_windows < 0:
+    raise ValueError(f"sentence_windows must be >= 0 (0: passage vectors only), got "
+                     f"{sentence_windows}")
   log = (lambda m: print(m, file=sys.stderr)) if progress else (lambda m: None)
   n = _prepare(corpus, out, {"encoder": "dense", "spec": spec.to_meta(), "shard_size": shard_size},
                log)
+  if os.path.exists(os.path.join(out, META_FILE)):   # incomplete again until this build ends
+    os.remove(os.path.join(out, META_FILE))
   if encoder is None:
     import jax
     import jax.numpy as jnp
@@ -176,12 +217,24 @@ def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_
     encoder = DenseEncoder(spec, batch_size=batch_size, dtype=jnp.dtype(dtype),
                            devices=devices or jax.devices(), attn_impl=attn_impl)
   encode_shards(encoder, out, n, shard_size, progress)
-  index, params = make_faiss_index(out, n, encoder.dim, shard_size, index_type)
-  faiss.write_index(index, os.path.join(out, FAISS_FILE + ".tmp"))
-  os.replace(os.path.join(out, FAISS_FILE + ".tmp"), os.path.join(out, FAISS_FILE))
+  n_shards = math.ceil(n / shard_size)
+  index, params = make_faiss_index([shard_path(out, k) for k in range(n_shards)], n, encoder.dim,
+                                   index_type)
+  _write_index(index, os.path.join(out, FAISS_FILE))
   meta = {"format": FORMAT_VERSION, "encoder": "dense", "index_type": index_type,
           "num_passages": n, "dim": encoder.dim, "corpus": os.path.abspath(corpus),
           "spec": spec.to_meta(), "dtype": dtype, "search_params": params}
+  if sentence_windows:
+    encode_window_shards(encoder, out, n, shard_size, sentence_windows, progress)
+    offsets = windows.global_offsets(out, n_shards)
+    np.save(os.path.join(out, windows.OFFSETS_FILE), offsets)
+    m = int(offsets[-1])
+    w_index, w_params = make_faiss_index([windows.shard_path(out, k) for k in range(n_shards)],
+                                         m, encoder.dim, index_type)
+    _write_index(w_index, os.path.join(out, windows.WINDOWS_FAISS))
+    meta["windows"] = {"sentences": sentence_windows, "num_windows": m,
+                       "passage_weight": windows.PASSAGE_WEIGHT, "shard_size": shard_size,
+                       "search_params": w_params}
   write_json(os.path.join(out, META_FILE), meta)
   return meta
 

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from retrieval import windows as windows_lib
 from retrieval.corpus import DocStore, default_corpus_path
 from retrieval.index import FAISS_FILE, META_FILE, build_dense, read_meta
 
@@ -26,12 +27,23 @@ def check_request(queries, topk) -> None:
     raise ValueError(f"topk must be a positive integer, got {topk!r}")
 
 
+def open_faiss(path: str, params: Optional[dict]):
+  """Reads a faiss index and applies the search parameters its build recorded."""
+  import faiss
+  index = faiss.read_index(path)
+  params = params or {}
+  if "nprobe" in params:
+    faiss.extract_index_ivf(index).nprobe = params["nprobe"]
+  if "efSearch" in params:
+    index.hnsw.efSearch = params["efSearch"]
+  return index
+
+
 class DenseRetriever:
   """Encodes queries with the index's own encoder spec (host CPU by default), then faiss."""
 
   def __init__(self, index_dir: str, *, batch_size: int = 256, devices=None,
                encoder_path: Optional[str] = None):
-    import faiss
     import jax
     from retrieval.encoders import DenseEncoder, EncoderSpec
     self.meta = read_meta(index_dir)
@@ -46,14 +58,41 @@ class DenseRetriever:
                                 devices=devices or [jax.devices("cpu")[0]])
     if self.encoder.dim != self.meta["dim"]:
       raise ValueError(f"encoder dim {self.encoder.dim} != index dim {self.meta['dim']}")
-    self.index = faiss.read_index(os.path.join(index_dir, FAISS_FILE))
-    params = self.meta.get("search_params", {})
-    if "nprobe" in params:
-      faiss.extract_index_ivf(self.index).nprobe = params["nprobe"]
-    if "efSearch" in params:
-      self.index.hnsw.efSearch = params["efSearch"]
+    self.index = open_faiss(os.path.join(index_dir, FAISS_FILE), self.meta.get("search_params"))
     self.docs = DocStore(index_dir)
+    self.windows = self.meta.get("windows")
+    if self.windows:
+      self._open_windows(index_dir)
     self.last_timing = {"encode_s": 0.0, "search_s": 0.0}
+
+  def _open_windows(self, index_dir: str) -> None:
+    from retrieval import index as index_lib
+    n, shard_size = self.meta["num_passages"], self.windows["shard_size"]
+    n_shards = -(-n // shard_size)
+    self.w_index = open_faiss(os.path.join(index_dir, windows_lib.WINDOWS_FAISS),
+                              self.windows.get("search_params"))
+    self.w_offsets = np.load(os.path.join(index_dir, windows_lib.OFFSETS_FILE))
+    self.w_parent = np.repeat(np.arange(n), np.diff(self.w_offsets))
+    self.p_rows = windows_lib.ShardedRows([index_lib.shard_path(index_dir, k)
+                                           for k in range(n_shards)])
+    self.w_rows = windows_lib.ShardedRows([windows_lib.shard_path(index_dir, k)
+                                           for k in range(n_shards)])
+
+  def _search_windows(self, q_QD: np.ndarray, topk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scores [Q, k], rows [Q, k]) by the window-aware score of `retrieval.windows`."""
+    c = min(windows_lib.candidates_per_query(topk), len(self.docs))
+    _, p_rows = self.index.search(q_QD, c)
+    _, w_rows = self.w_index.search(q_QD, min(c, len(self.w_parent)))
+    k = min(topk, len(self.docs))
+    scores_QK = np.zeros((len(q_QD), k), np.float32)
+    rows_QK = np.full((len(q_QD), k), -1, np.int64)   # -1: no hit (dropped by DocStore.docs)
+    for i, q_D in enumerate(q_QD):
+      cands = np.union1d(p_rows[i][p_rows[i] >= 0], self.w_parent[w_rows[i][w_rows[i] >= 0]])
+      sc = windows_lib.rescore(q_D, cands, self.p_rows, self.w_rows, self.w_offsets,
+                               self.windows["passage_weight"])
+      best = np.argsort(-sc, kind="stable")[:k]
+      scores_QK[i, :len(best)], rows_QK[i, :len(best)] = sc[best], cands[best]
+    return scores_QK, rows_QK
 
   def search(self, queries: Sequence[str], topk: int = 3) -> list[list[dict]]:
     check_request(list(queries), topk)
@@ -62,7 +101,10 @@ class DenseRetriever:
     t0 = time.perf_counter()
     q_QD = self.encoder.encode(list(queries), "query")
     t1 = time.perf_counter()
-    scores_QK, rows_QK = self.index.search(q_QD, min(topk, len(self.docs)))
+    if self.windows:
+      scores_QK, rows_QK = self._search_windows(q_QD, topk)
+    else:
+      scores_QK, rows_QK = self.index.search(q_QD, min(topk, len(self.docs)))
     t2 = time.perf_counter()
     self.last_timing = {"encode_s": t1 - t0, "search_s": t2 - t1}
     return [self.docs.docs(r, s) for r, s in zip(rows_QK, scores_QK)]
@@ -134,14 +176,21 @@ def _file_lock(path: str):
       fcntl.flock(f, fcntl.LOCK_UN)
 
 
+# The embedded default indexes single sentences too: MiniLM places a sentence-sized fact far
+# better than a 100-word passage (retrieval/windows.py, docs/retrieval.md).
+DEFAULT_SENTENCE_WINDOWS = 1
+
+
 def default_index_dir() -> str:
-  """The MiniLM dense Flat index over the embedded corpus: built on first use (a few minutes on
-  a 2-core CPU) into `$SSP_JAX_CACHE` (default ~/.cache/ssp-jax), loaded afterwards."""
+  """The MiniLM dense Flat index over the embedded corpus, with 1-sentence windows: built on
+  first use (a few minutes on a 2-core CPU) into `$SSP_JAX_CACHE` (default ~/.cache/ssp-jax),
+  loaded afterwards."""
   from retrieval.encoders import detect_spec
   corpus, spec = default_corpus_path(), detect_spec()
   weights = os.path.join(spec.path, "model.safetensors")
   key = hashlib.sha1(repr((_file_digest(corpus), spec.to_meta(),
-                           os.path.getsize(weights) if os.path.exists(weights) else 0)).encode())
+                           os.path.getsize(weights) if os.path.exists(weights) else 0,
+                           ("sentence_windows", DEFAULT_SENTENCE_WINDOWS))).encode())
   out = os.path.join(cache_root(), "index", f"minilm-wiki_sample-{key.hexdigest()[:12]}")
   if os.path.exists(os.path.join(out, META_FILE)):
     return out
@@ -149,5 +198,6 @@ def default_index_dir() -> str:
   with _file_lock(out + ".lock"):
     if not os.path.exists(os.path.join(out, META_FILE)):  # another process may have built it
       print(f"building the default retrieval index in {out} (first use only)", file=sys.stderr)
-      build_dense(corpus, out, spec, index_type="flat")
+      build_dense(corpus, out, spec, index_type="flat",
+                  sentence_windows=DEFAULT_SENTENCE_WINDOWS)
   return out
