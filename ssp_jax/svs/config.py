@@ -1,0 +1,79 @@
+"""The `svs` and `eval` sections of an SvS run config, and the run-config skeleton that
+`configs/svs_*.py` start from (`config.game = "svs"` makes `ssp-jax train` run the SvS trainer).
+
+  from ssp_jax.svs.config import base_run_config
+  config = base_run_config()         # then --config.svs.n=16 etc.
+
+Defaults are the original SvS run's (anchors.md 2.1/2.2: `MasterVito/SvS` scripts) unless a
+comment says otherwise.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+
+def get_svs_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.train_path = ""             # JSONL of {"problem", "answer"} ("" = builtin:math_sample)
+  c.shuffle = True              # a seeded permutation per epoch (False: file order)
+  c.seed = 0                    # data order and the VPS subsampling
+  c.batch_size = 256            # problems per step (original: 256)
+  c.n = 8                       # solutions per problem, in OQA and in SPA (original: 8)
+  c.synth_n = 8                 # synthetic problems per correct response (original: 8)
+  c.under_lower = 0.125         # under-performing: under_lower <= accuracy <= under_upper
+  c.under_upper = 0.5           # (data.under_performing_acc_lower/upper)
+  c.positive_lower = 0.125      # VPS reward 1 iff n*positive_lower <= SPA correct count
+  c.positive_upper = 0.625      # <= n*positive_upper (data.positive_synthesis_acc_lower/upper)
+  c.vps_training_ratio = 1.0    # fraction of positive VPS groups trained (r2q_training_ratio)
+  c.temperature = 1.0           # rollout temperature of every section (original: 1.0)
+  c.solve_max_new_tokens = 0    # OQA/SPA response budget (0 = rollout.max_response_tokens)
+  c.synth_max_new_tokens = 0    # VPS response budget (0 = rollout.max_response_tokens)
+  c.max_synthesis_prompt_tokens = 0  # longer VPS prompts are dropped (0 = rollout's max prompt)
+  c.problem_min_chars = 10      # length filter of an extracted synthetic problem
+  c.problem_max_chars = 2000
+  c.samples_per_step = 8        # problems written to samples_<step>.jsonl
+  return c
+
+
+def get_svs_eval_config() -> ml_collections.ConfigDict:
+  """`config.eval` of an SvS run: sampled solutions per problem, mean accuracy and pass@k.
+
+  `ssp-jax eval --config configs/svs_tiny.py --out DIR` and the in-training validation read it.
+  The original evaluates with T=1.0, top_p=0.95, max_tokens=2048 and reports avg@n per source;
+  the paper reports Pass@32 (`n=32, ks=(1, 32)`).
+  """
+  c = ml_collections.ConfigDict()
+  c.datasets = ml_collections.ConfigDict({"math_sample": "builtin:math_sample"})  # name -> JSONL
+  c.limit = 0                   # problems per dataset, hash-sampled with `seed` (0 = all)
+  c.seed = 0                    # subsampling and sampling seed
+  c.n = 4                       # sampled solutions per problem
+  c.ks = (1, 4)                 # pass@k reported for each k <= n
+  c.temperature = 1.0
+  c.top_p = 0.95
+  c.max_new_tokens = 0          # 0 = rollout.max_response_tokens (original: 2048)
+  c.batch_size = 0              # problems per rollout-engine call (0 = a dataset per call)
+  c.every_steps = 0             # in-training validation every N steps (0: off)
+  return c
+
+
+def base_run_config() -> ml_collections.ConfigDict:
+  """The SSP run skeleton (model, mesh, checkpoint, rollout, rl sections) with the SvS game:
+  no retriever and no `ssp` section; GRPO for both roles, no KL, clip 0.2/0.28 (anchors 2.2)."""
+  from ssp_jax.ssp.config import base_run_config as ssp_base
+  c = ssp_base()
+  del c.ssp, c.retrieval
+  c.game = "svs"                # `ssp-jax train` dispatches on it ("ssp" when absent)
+  c.workdir = "runs/svs"
+  c.total_steps = 300           # steps (one batch of problems each, skipped steps included)
+  c.svs = get_svs_config()
+  c.eval = get_svs_eval_config()
+  c.rollout.use_search = False  # math solving has no tool
+  c.rollout.stop = ()           # responses end at eos / end-of-turn
+  rl = c.rl
+  rl.kl_coef = 0.0              # no KL loss (and no reference model)
+  rl.clip_low, rl.clip_high = 0.2, 0.28
+  rl.loss_agg = "token-mean"
+  rl.proposer_estimator = "grpo"  # VPS rows (proposer role): group = the source response
+  rl.solver_estimator = "grpo"    # OQA/SPA rows (solver role): group = the problem
+  rl.mini_batch_size = 256      # original ppo_mini_batch_size (groups per update here)
+  return c

@@ -1,0 +1,54 @@
+"""Checks an SvS run config before any compute; each error names the field and the fix."""
+from __future__ import annotations
+
+from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
+from ssp_jax.ssp.validate import ConfigError, _choice, _path, _positive
+
+GROUP_ESTIMATORS = ("grpo", "rloo")
+
+
+def _fraction_range(name: str, low: float, high: float) -> None:
+  if not 0.0 <= low <= high <= 1.0:
+    raise ConfigError(f"config.svs.{name}_lower={low} and config.svs.{name}_upper={high} must "
+                      "satisfy 0 <= lower <= upper <= 1")
+
+
+def _data_spec(name: str, spec: str) -> None:
+  if not spec.startswith("builtin:"):
+    _path(name, spec)
+
+
+def validate_config(config) -> None:
+  """Raises ConfigError on the first problem found."""
+  s = config.svs
+  if config.get("game", "svs") != "svs":
+    raise ConfigError(f"config.game={config.game!r}: the SvS trainer needs game='svs'")
+  if not config.workdir:
+    raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
+  _positive("total_steps", config.total_steps)
+  _positive("svs.batch_size", s.batch_size)
+  _positive("svs.n", s.n, 2)               # GRPO groups of OQA and SPA solutions
+  _positive("svs.synth_n", s.synth_n)
+  for role in ("proposer", "solver"):
+    _choice(f"rl.{role}_estimator", config.rl[f"{role}_estimator"],
+            ADVANTAGE_ESTIMATORS.names())
+  if config.rl.proposer_estimator in GROUP_ESTIMATORS and s.synth_n < 2:
+    raise ConfigError(f"config.rl.proposer_estimator={config.rl.proposer_estimator!r} needs VPS "
+                      f"groups of >= 2 but config.svs.synth_n={s.synth_n}")
+  _fraction_range("under", s.under_lower, s.under_upper)
+  _fraction_range("positive", s.positive_lower, s.positive_upper)
+  if not 0.0 < s.vps_training_ratio <= 1.0:
+    raise ConfigError(f"config.svs.vps_training_ratio={s.vps_training_ratio} must be in (0, 1]")
+  if not 0 < s.problem_min_chars <= s.problem_max_chars:
+    raise ConfigError("config.svs.problem_min_chars must be >= 1 and <= problem_max_chars")
+  if s.train_path:
+    _data_spec("svs.train_path", s.train_path)
+  _path("model.path", config.model.path)
+  e = config.eval
+  _positive("eval.n", e.n)
+  bad = [k for k in e.ks if not 1 <= int(k) <= e.n]
+  if bad:
+    raise ConfigError(f"config.eval.ks={tuple(e.ks)}: each k must be in 1..eval.n={e.n}")
+  if e.every_steps:
+    for name, spec in e.datasets.items():
+      _data_spec(f"eval.datasets.{name}", spec)
