@@ -24,26 +24,12 @@ the base model after 200 steps (paper Table 1: 8.0 average points).
 """
 import ml_collections
 
+from ssp_jax.config_loader import platform_and_root
 from ssp_jax.ssp.config import base_run_config
-
-PLATFORMS = ("tpu", "gpu")
-
-
-def _parse(arg):
-  """"tpu,root=/data/ssp" -> ("tpu", "/data/ssp")."""
-  platform, root = "tpu", "/data/ssp"
-  for part in filter(None, (arg or "").split(",")):
-    if part.startswith("root="):
-      root = part[len("root="):]
-    elif part in PLATFORMS:
-      platform = part
-    else:
-      raise ValueError(f"config arg {part!r}: use tpu|gpu and root=PATH, e.g. 'gpu,root=/data'")
-  return platform, root
 
 
 def get_config(arg=None) -> ml_collections.ConfigDict:
-  platform, root = _parse(arg)
+  platform, root = platform_and_root(arg, "/data/ssp", ("tpu", "gpu"))   # "tpu,root=/data/ssp"
   c = base_run_config()
   c.workdir = f"{root}/runs/ssp_qwen2_5_7b_instruct"
   c.total_steps = 200                 # paper: 150-200 steps

@@ -28,6 +28,22 @@ def repo_path(*parts: str) -> str:
   return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *parts)
 
 
+def platform_and_root(arg: Optional[str], default_root: str,
+                      platforms: Sequence[str] = ("tpu", "gpu")) -> tuple[str, str]:
+  """The `:ARG` of the paper-setting configs: "gpu,root=/data" -> ("gpu", "/data"); the first of
+  `platforms` is the default platform."""
+  platform, root = platforms[0], default_root
+  for part in filter(None, (arg or "").split(",")):
+    if part.startswith("root="):
+      root = part[len("root="):]
+    elif part in platforms:
+      platform = part
+    else:
+      raise ValueError(f"config arg {part!r}: use {'|'.join(platforms)} and root=PATH, e.g. "
+                       f"'{platforms[-1]},root=/data'")
+  return platform, root
+
+
 def load_config_file(spec: str) -> ml_collections.ConfigDict:
   """Runs `get_config(arg)` of the file in `spec` ("path.py" or "path.py:arg")."""
   path, _, arg = spec.partition(":") if not os.path.exists(spec) else (spec, "", "")

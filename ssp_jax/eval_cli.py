@@ -1,4 +1,5 @@
-"""`ssp-jax eval`: the solver with search on QA benchmarks (the paper's Table 1).
+"""`ssp-jax eval`: the solver with search on QA benchmarks (the paper's Table 1); for an SvS config
+(`game = "svs"`), sampled solutions of math problems with accuracy and pass@k (ssp_jax/svs/eval.py).
 
   ssp-jax eval --config configs/tiny.py --out runs/eval_tiny        # the shipped set, offline
   ssp-jax eval --config configs/ssp_qwen2_5_7b_instruct.py --checkpoint runs/ssp/checkpoints \\
@@ -65,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
   logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                       format="%(asctime)s %(levelname)s %(name)s: %(message)s")
   logging.getLogger("absl").setLevel(logging.WARNING)
+  if config.get("game", "ssp") == "svs":   # math problems: accuracy and pass@k (docs/svs.md)
+    from ssp_jax.svs import eval as svs_eval
+    return svs_eval.run_cli(config, specs, args.checkpoint, args.out)
   from ssp_jax.eval import build, report, runner
   try:
     sets = runner.load_eval_sets(config.eval, specs)   # data errors surface before the model

@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
       print(config)
       return 0
+    if config.get("game", "ssp") == "svs":   # SvS (math self-play) has its own checks
+      from ssp_jax.svs.validate import validate_config
     validate_config(config)
   except (config_loader.ConfigOverrideError, ConfigError) as e:
     print(f"ssp-jax train: {e}", file=sys.stderr)
@@ -52,5 +54,8 @@ def run(args: argparse.Namespace) -> int:
             "--config.distributed=false. `launch/aot_compile.py` still checks pod shardings.",
             file=sys.stderr)
       return 2
-  from ssp_jax.ssp.trainer import train
+  if config.get("game", "ssp") == "svs":
+    from ssp_jax.svs.trainer import train
+  else:
+    from ssp_jax.ssp.trainer import train
   return train(config)

