@@ -4,10 +4,12 @@
 #       --config configs/ssp_qwen2_5_7b_instruct.py:tpu,root=/data/ssp
 # Copies this checkout to $REMOTE_DIR on all workers (rsync over gcloud scp), then runs
 # launch/run_local.sh there, which creates the venv once (idempotent) and starts training.
-# The config sets distributed=true so each worker calls jax.distributed.initialize().
-# Status: multi-host rollouts are not supported yet (the rollout engine is single-process), so
-# on a multi-host slice `ssp-jax train` stops at start-up with a message saying so. Single-host
-# TPU VMs work with --config.distributed=false.
+# The config sets distributed=true so each worker calls jax.distributed.initialize() (Cloud TPU
+# gives JAX the coordinator and worker ids) and all workers run the same SPMD loop over one mesh.
+# --config.workdir must be on storage every worker sees (NFS, Filestore, a gcsfuse mount): all
+# workers write checkpoint shards there, worker 0 the metrics. Multi-process runs are tested with
+# 2 local CPU processes (tests/test_multiprocess.py), not yet on a real slice; docs/training.md,
+# "Several hosts". Single-host TPU VMs also work with --config.distributed=false.
 set -euo pipefail
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

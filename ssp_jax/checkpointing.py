@@ -12,6 +12,11 @@ renames it when complete, and listing ignores those temporary directories, so a 
 leaves the previous checkpoint as the latest. Restores take target shardings, so a checkpoint
 saved on one mesh restores onto any other.
 
+Multi-host: every process calls `save`, `restore` and `close` with the same arguments (orbax
+synchronises them); each writes the shards of its own devices, process 0 the metadata and the
+JSON `extra` item, and every process reads `extra` back on restore, so the directory must be on
+storage all processes see.
+
   ckpt = Checkpointer(workdir + "/ckpt", save_every=5, keep=3, model_config=cfg)
   ckpt.register("replay", buffer.state_dict, buffer.load_state_dict)
   if ckpt.latest_step() is not None:

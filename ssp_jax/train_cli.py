@@ -39,23 +39,39 @@ def run(args: argparse.Namespace) -> int:
   logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                       format="%(asctime)s %(levelname)s %(name)s: %(message)s")
   logging.getLogger("absl").setLevel(logging.WARNING)   # orbax is chatty at INFO
-  os.makedirs(config.workdir, exist_ok=True)
-  with open(os.path.join(config.workdir, "config.json"), "w", encoding="utf-8") as f:
-    f.write(config.to_json_best_effort(indent=2))
   if config.distributed:
-    import jax
-    jax.distributed.initialize()
-    if jax.process_count() > 1:
-      # The rollout engine reads per-row results on the host with jax.device_get and feeds host
-      # arrays back, which needs every device to be addressable from one process. Fail before
-      # loading anything rather than part-way through the first rollout.
-      print(f"ssp-jax train: {jax.process_count()} processes found, but multi-host rollouts are "
-            "not supported yet; run on one host (e.g. 8 GPUs, or a single-host TPU VM) with "
-            "--config.distributed=false. `launch/aot_compile.py` still checks pod shardings.",
-            file=sys.stderr)
-      return 2
+    start_distributed()
+  import jax
+  os.makedirs(config.workdir, exist_ok=True)
+  if jax.process_index() == 0:   # the other processes of a multi-host run share the workdir
+    with open(os.path.join(config.workdir, "config.json"), "w", encoding="utf-8") as f:
+      f.write(config.to_json_best_effort(indent=2))
   if config.get("game", "ssp") == "svs":
     from ssp_jax.svs.trainer import train
   else:
     from ssp_jax.ssp.trainer import train
   return train(config)
+
+
+def distributed_kwargs(environ=os.environ) -> dict:
+  """`jax.distributed.initialize` arguments from JAX_NUM_PROCESSES and JAX_PROCESS_ID (JAX reads
+  JAX_COORDINATOR_ADDRESS itself but not these two); empty where they are unset, so a cluster
+  JAX detects (Cloud TPU, SLURM, Open MPI, Kubernetes) configures itself."""
+  out = {}
+  for env, key in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
+    if environ.get(env, "").strip():
+      try:
+        out[key] = int(environ[env])
+      except ValueError:
+        raise ValueError(f"{env}={environ[env]!r} is not an integer") from None
+  return out
+
+
+def start_distributed() -> None:
+  """`jax.distributed.initialize()`: after it every process sees the devices of all of them and
+  runs the same training loop (SPMD; see docs/training.md, "Several hosts")."""
+  import jax
+  jax.distributed.initialize(**distributed_kwargs())
+  logging.getLogger(__name__).info("process %d of %d, %d of %d devices local",
+                                   jax.process_index(), jax.process_count(),
+                                   jax.local_device_count(), jax.device_count())

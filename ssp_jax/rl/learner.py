@@ -249,13 +249,15 @@ def make_train_step(cfg: models.ModelConfig, sc: StepConfig, tx: optax.GradientT
 
 
 def make_logprob_fn(cfg: models.ModelConfig, sc: StepConfig, sharder: Sharder, p_sh: Any):
-  """jit: (params, tokens [K, m, T]) -> aligned log-probs [K, m, T], one micro-batch at a time."""
+  """jit: (params, tokens [K, m, T]) -> aligned log-probs [K, m, T], one micro-batch at a time.
+
+  The result is replicated, so every process of a multi-host run can read all of it."""
   def fn(params, tokens_KmT):
     cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
     return jax.lax.map(lambda t: sequence_logprobs(cfg, cparams, t, sc, sharder, "none")[0],
                        tokens_KmT)
   tok_sh = batch_shardings(sharder)["tokens"]
-  return jax.jit(fn, in_shardings=(p_sh, tok_sh), out_shardings=tok_sh)
+  return jax.jit(fn, in_shardings=(p_sh, tok_sh), out_shardings=NamedSharding(sharder.mesh, P()))
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,8 +25,9 @@ from models.config import ModelConfig
 from models.sharding import Sharder
 from ssp_jax import prompts_format as pf
 from ssp_jax import sampling as S
+from ssp_jax.rollout import multihost
 from ssp_jax.rollout.config import get_rollout_config
-from ssp_jax.rollout.observations import run_searches
+from ssp_jax.rollout.observations import SearchResult, run_searches
 from ssp_jax.tokenizer import Prompt, Tokenizer
 from ssp_jax.types import Trajectory
 
@@ -258,9 +259,7 @@ class RolloutEngine:
     queries = [pf.extract_query(rows[b].open_prefix + self.tok.decode(rows[b].response),
                                 c.search_open, c.search_close) for b in searching]
     ts = time.perf_counter()
-    results = run_searches(self.retriever, self.tok, queries, topk=int(c.topk),
-                           max_obs_tokens=int(c.max_obs_tokens),
-                           timeout_s=float(c.search_timeout_s))
+    results = self._run_searches(queries)
     stats["search_s"] += time.perf_counter() - ts
     stats["searches"] += len(searching)
     for b, res in zip(searching, results):
@@ -277,6 +276,16 @@ class RolloutEngine:
       r.logprobs += [0.0] * len(res.obs_ids)
       r.budget -= len(res.obs_ids)
       stats["obs_tokens"] += len(res.obs_ids)
+
+  def _run_searches(self, queries: list[Optional[str]]) -> list[SearchResult]:
+    """One batched retriever call; on several processes process 0 makes it and broadcasts the
+    results, so every process splices the same observations (a timeout or a retried HTTP
+    call could otherwise differ between processes)."""
+    c = self.cfg
+    search = lambda: [dataclasses.asdict(r) for r in run_searches(
+        self.retriever, self.tok, queries, topk=int(c.topk),
+        max_obs_tokens=int(c.max_obs_tokens), timeout_s=float(c.search_timeout_s))]
+    return [SearchResult(**r) for r in multihost.broadcast_from_first(search)]
 
   def _finish(self, rows, b: int, reason: str, out) -> None:
     r = rows[b]

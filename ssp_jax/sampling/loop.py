@@ -166,4 +166,6 @@ def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E
   body = functools.partial(_step, cfg, dparams, tables, eos_E, limit_B, key, sampling, dtype,
                            sharder, attn_impl)
   c = jax.lax.while_loop(cond, body, c)
-  return c.st, DecodeOut(c.tokens_BN, c.logprobs_BN, c.count_B, c.reason_B, c.step)
+  # Replicated on every device, so each process (multi-host) can read all rows on its host.
+  out = DecodeOut(c.tokens_BN, c.logprobs_BN, c.count_B, c.reason_B, c.step)
+  return c.st, jax.tree.map(lambda x: constrain(x, (None,) * x.ndim, sharder), out)

@@ -47,7 +47,11 @@ class Components:
 
 
 def make_sharder(config) -> models.Sharder:
-  devices = jax.devices()[:config.mesh.num_devices or None]
+  n = int(config.mesh.num_devices)
+  if jax.process_count() > 1 and n and n != jax.device_count():
+    raise ValueError(f"mesh.num_devices={n}: a run of {jax.process_count()} processes uses all "
+                     f"{jax.device_count()} devices (set it to 0)")
+  devices = jax.devices()[:n or None]
   mesh = models.make_mesh(tuple(tuple(a) for a in config.mesh.axes), devices)
   rules = tuple(tuple(r) for r in config.mesh.rules) or models.DEFAULT_RULES
   return models.Sharder(mesh, rules)
@@ -63,8 +67,11 @@ def load_model(path: str, sharder, dtype_name: str, chat_format: str):
 
 def make_retriever(rcfg):
   """An HTTP client when `retrieval.url` is set, else a local index (default: built on first
-  use over the shipped corpus)."""
+  use over the shipped corpus). None on processes other than 0 of a multi-host run: the rollout
+  engine searches on process 0 and broadcasts the results (`ssp_jax.rollout.multihost`)."""
   import retrieval
+  if jax.process_index() != 0:
+    return None
   if rcfg.url:
     return retrieval.HttpRetriever(rcfg.url, timeout=rcfg.timeout_s, retries=rcfg.retries)
   return retrieval.load_retriever(rcfg.index_dir or retrieval.default_index_dir())
@@ -128,8 +135,9 @@ def _evaluator(config, engine, judge) -> Optional[Callable[[Any, int], dict]]:
   sets = load_eval_sets(config.eval)
 
   def run(params, step: int) -> dict:
+    out_dir = os.path.join(config.workdir, "eval", f"step_{step}")
     return evaluate(engine, params, sets, batch_size=config.eval.batch_size,
                     max_new_tokens=config.eval.max_new_tokens or None,
                     judge=judge if config.eval.judge else None, seed=config.seed,
-                    out_dir=os.path.join(config.workdir, "eval", f"step_{step}"))
+                    out_dir=out_dir if jax.process_index() == 0 else None)   # written once
   return run

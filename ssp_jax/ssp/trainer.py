@@ -164,7 +164,7 @@ def train(config, *, validate=validate_config, build_fn=build, desc: str = "ssp"
   key = jax.random.PRNGKey(config.seed)
   from tqdm import tqdm
   bar = tqdm(total=total, initial=start, desc=desc, unit="step", dynamic_ncols=True,
-             disable=not config.progress)
+             disable=not config.progress or jax.process_index() != 0)
   code = 0
   try:
     for step in range(start, total):
