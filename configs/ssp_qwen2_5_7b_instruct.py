@@ -1,12 +1,13 @@
 """SSP on Qwen2.5-7B-Instruct: the paper's main setting (Table 1, hyper-parameters of App. A.1).
 
-Launch (one TPU v5p-64 slice; every worker runs the same command). NOT SUPPORTED YET: the rollout
-engine is single-process, so a multi-host slice stops at start-up with a clear message; the
-sharded programs for this slice do compile and fit (`launch/aot_compile.py`, bench/RESULTS.md):
+Launch (one TPU v5p-64 slice; every worker runs the same command, process 0 searches and
+writes; docs/training.md#several-hosts — tested with 2 local CPU processes and 2 GPU processes,
+not yet on a real pod). The sharded programs for this slice compile and fit
+(`launch/aot_compile.py`, bench/RESULTS.md):
   TPU_NAME=my-v5p-64 ZONE=us-east5-a launch/run_tpu_pod.sh \\
       --config configs/ssp_qwen2_5_7b_instruct.py:tpu,root=/data/ssp \\
       --config.workdir=/data/ssp/runs/qwen2_5_7b
-Launch (one host with 8 GPUs; the supported path today):
+Launch (one host with 8 GPUs):
   launch/run_gpu.sh --config configs/ssp_qwen2_5_7b_instruct.py:gpu,root=/data/ssp \\
       --config.workdir=/data/ssp/runs/qwen2_5_7b
 

@@ -6,7 +6,7 @@ prompts up to 4096 and responses up to 8192 tokens, 30 epochs over MATH-12k.
 Launch (one host with 8 GPUs):
   launch/run_gpu.sh --config configs/svs_qwen2_5_3b_instruct.py:gpu,root=/data/svs \\
       --config.workdir=/data/svs/runs/qwen2_5_3b
-Launch (a single-host TPU VM; multi-host slices stop at start-up, see docs/training.md):
+Launch (a single-host TPU VM; for a multi-host slice see docs/training.md#several-hosts):
   SSP_PIP_EXTRA="jax[tpu]" launch/run_local.sh \\
       --config configs/svs_qwen2_5_3b_instruct.py:tpu,root=/data/svs
 Evaluate (mean accuracy and pass@k per data source):

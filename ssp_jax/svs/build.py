@@ -7,6 +7,8 @@ import logging
 import os
 from typing import Any, Callable, Optional
 
+import jax
+
 from ssp_jax.ssp.build import Components, load_model, make_sharder
 from ssp_jax.svs import game as game_lib
 from ssp_jax.svs.data import ProblemIterator, default_train_path, load_problems
@@ -52,6 +54,7 @@ def _evaluator(config, engine) -> Optional[Callable[[Any, int], dict]]:
   sets = svs_eval.load_eval_sets(config.eval)
 
   def run(params, step: int) -> dict:
+    out_dir = os.path.join(config.workdir, "eval", f"step_{step}")
     return svs_eval.evaluate(engine, params, sets, config.eval,
-                             out_dir=os.path.join(config.workdir, "eval", f"step_{step}"))
+                             out_dir=out_dir if jax.process_index() == 0 else None)  # written once
   return run
