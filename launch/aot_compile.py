@@ -57,6 +57,14 @@ def memory_report(name, compiled, extra):
   return out
 
 
+def samples_per_prompt(cfg) -> int:
+  """Rollouts per prompt in one mini-batch of the config's game: SSP's solver_n (the paper's
+  layout: mini_batch_size questions x solver_n attempts), SvS's n solutions per problem."""
+  if cfg.get("game", "ssp") == "svs":
+    return int(cfg.svs.n)
+  return int(cfg.ssp.solver_n)
+
+
 def compile_train_step(mcfg, cfg, sharder, seq):
   rl = cfg.rl
   sc = learner_lib.StepConfig.from_config(rl)
@@ -70,8 +78,7 @@ def compile_train_step(mcfg, cfg, sharder, seq):
                        abstract["params"], shardings["params"])
   rows = sharder.axis_size("act_batch")
   m = max(rl.micro_batch_size, rows)
-  # One mini-batch of the paper's layout: mini_batch_size prompts x solver_n rollouts.
-  per_update = rl.mini_batch_size * cfg.ssp.solver_n
+  per_update = rl.mini_batch_size * samples_per_prompt(cfg)
   K = max(per_update // m, 1)
   bsh = learner_lib.batch_shardings(sharder)
   batch = {"tokens": _sds((K, m, seq), jnp.int32, bsh["tokens"]),
