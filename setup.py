@@ -29,6 +29,7 @@ setup(
         "tensorboardX>=2.6",
         "tqdm>=4.66",
         "jinja2>=3.1",
+        "sympy>=1.12",             # SvS answer checking: symbolic equality of math answers
     ],
     extras_require={
         # Parity references for the tests. torch==2.13.0 takes the CPU build.

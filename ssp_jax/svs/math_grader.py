@@ -10,10 +10,9 @@ prediction and the reference then go through a cascade where the first success w
      `dfrac`/`tfrac`, degrees, percent, dollars, `\\text{}` wrappers, simple unit words after a
      number, an `x =` prefix, thousands separators, a trailing period, spaces);
   2. numeric equality of integers, decimals, `a/b` and `\\frac{a}{b}` (relative tolerance 1e-6);
-  3. symbolic equality with sympy, when it is importable (it is not a dependency of ssp-jax), of
-     a small LaTeX subset (numbers, + - * / ^, `\\frac`, `\\sqrt`, `\\pi`, `\\cdot`, one-letter
-     variables). Anything outside that subset is not handed to sympy, whose parser evaluates
-     Python.
+  3. symbolic equality with sympy of a small LaTeX subset (numbers, + - * / ^, `\\frac`,
+     `\\sqrt`, `\\pi`, `\\cdot`, one-letter variables). Anything outside that subset is not
+     handed to sympy, whose parser evaluates Python.
 
 Results are binary and `grade` never raises (any error scores 0). The original cascade (prime_math
 `grade_answer`, the lighteval checker, math_verify, the DAPO verifier) is broader; this one covers
@@ -207,13 +206,10 @@ def to_sympy_text(s: str) -> Optional[str]:
 
 
 def symbolic_equal(a: str, b: str) -> bool:
-  """sympy equality of two normalised answers (False when sympy is missing or cannot tell)."""
-  try:
-    import sympy
-    from sympy.parsing.sympy_parser import (implicit_multiplication_application, parse_expr,
-                                            standard_transformations)
-  except ImportError:
-    return False
+  """sympy equality of two normalised answers (False when sympy cannot tell)."""
+  import sympy
+  from sympy.parsing.sympy_parser import (implicit_multiplication_application, parse_expr,
+                                          standard_transformations)
   ta, tb = to_sympy_text(a), to_sympy_text(b)
   if not ta or not tb:
     return False
