@@ -97,13 +97,16 @@ def build(config) -> Components:
   sharder = make_sharder(config)
   model_cfg, params, tokenizer = load_model(config.model.path, sharder, config.rl.param_dtype,
                                             config.model.chat_format)
+  retriever = make_retriever(config.retrieval)
+  if config.warmstart.enabled:     # the run starts from (and its KL reference is) these params
+    from ssp_jax.warmstart.run import warm_params
+    params = warm_params(config, model_cfg, params, tokenizer, retriever, sharder=sharder)
   learner = Learner(model_cfg, config.rl, sharder, params=params)
   frozen = None
   if config.ssp.mode != "selfplay":   # the fixed opponent keeps the initial weights
     frozen = learner.ref_params if learner.ref_params is not None else params
   del params
-  engine = RolloutEngine(model_cfg, tokenizer, config.rollout, make_retriever(config.retrieval),
-                         sharder)
+  engine = RolloutEngine(model_cfg, tokenizer, config.rollout, retriever, sharder)
   policy = lambda: learner.state["params"]
   verifier = _text_generator(config.ssp.rag.verifier, engine, policy, config, sharder,
                              config.seed + 1)

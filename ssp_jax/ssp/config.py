@@ -93,6 +93,8 @@ def base_run_config() -> ml_collections.ConfigDict:
   c.checkpoint.keep = 3         # checkpoints kept
   c.checkpoint.async_save = True
 
+  from ssp_jax.warmstart import get_warmstart_config
+  c.warmstart = get_warmstart_config()  # format SFT before self-play (small models; not paper)
   c.rollout = get_rollout_config()
   c.rl = get_rl_config()
   c.ssp = get_ssp_config()
