@@ -78,7 +78,7 @@ def make_retriever(rcfg):
 
 
 def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed: int,
-                    frozen_cache: dict):
+                    frozen_cache: Optional[dict] = None):
   """The policy (source "policy"), an OpenAI-compatible endpoint (an http(s) URL, served model
   `ssp.judge.model`) or a frozen checkpoint at `source`, as a TextGenerator. A checkpoint used
   by both the verifier and the judge is loaded once (`frozen_cache`)."""
@@ -88,6 +88,7 @@ def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed
     j = config.ssp.judge
     return remote.OpenAIChat(source, j.model, timeout_s=j.timeout_s, retries=j.retries,
                              max_concurrency=j.max_concurrency)
+  frozen_cache = {} if frozen_cache is None else frozen_cache
   if source not in frozen_cache:
     from ssp_jax.rollout import RolloutEngine
     cfg, params, tok = load_model(source, sharder, config.rollout.dtype,
