@@ -63,8 +63,9 @@ def validate_config(config) -> None:
         raise ConfigError(f"config.{name}={source!r} is an endpoint URL but config.ssp.judge.model "
                           "is empty; set it to the served model's name (e.g. "
                           "--config.ssp.judge.model=Qwen/Qwen2.5-32B-Instruct)")
-    else:
-      _path(name, source, ("policy",))
+    elif source != "policy" and not os.path.exists(os.path.expanduser(source)):
+      raise ConfigError(f"config.{name}={source!r} does not exist; give \"policy\", a local "
+                        "checkpoint directory, or an http(s):// OpenAI-compatible endpoint URL")
   _positive("ssp.judge.max_concurrency", s.judge.max_concurrency)
   _positive("ssp.judge.retries", s.judge.retries, minimum=0)
   if s.judge.timeout_s <= 0:
