@@ -399,8 +399,10 @@ class Learner:
 
     Prompts are dealt to mini-batches as in the padded layout (a prompt's rows stay together);
     with rl.pack each mini-batch's trajectories are then packed (`ssp_jax.rl.pack`), its rows
-    padded to a power-of-two number of micro-batches (few compiled shapes). Sets
-    `self.pack_stats` (one dict per mini-batch: fill_rate, rows, real_tokens, ...).
+    padded to a power-of-two number of micro-batches (few compiled shapes; the empty ones are
+    skipped in the step). Sets `self.pack_stats`, one dict per mini-batch: fill_rate (real
+    tokens / positions of the micro-batches that run), row_fill (real / packed rows' positions),
+    rows, real_tokens, segments_per_row.
     """
     m = self.sc.micro_batch_size
     parts = batch_lib.split_mini_batches(batch, k, row_multiple=m, seed=seed)
@@ -411,6 +413,9 @@ class Learner:
     packed = []
     for part in parts:
       pb, _, stats = pack_lib.pack_batch(part, row_len, max_segments=self.sc.max_segments)
+      # fill of what the step computes: rows come in whole micro-batches
+      computed = -(-int(stats["rows"]) // m) * m * row_len
+      stats = dict(stats, row_fill=stats["fill_rate"], fill_rate=stats["real_tokens"] / computed)
       packed.append(pb)
       self.pack_stats.append(stats)
     rows = pack_lib.micro_batches_bucket(max(p["tokens"].shape[0] for p in packed), m)
@@ -441,7 +446,8 @@ class Learner:
       out.append(metrics)
     out = [{k: float(v) for k, v in jax.device_get(m).items()} for m in out]
     for m, stats in zip(out, self.pack_stats):
-      m.update({f"pack/{k}": v for k, v in stats.items() if k in ("fill_rate", "rows")})
+      m.update({f"pack/{k}": v for k, v in stats.items()
+                if k in ("fill_rate", "row_fill", "rows", "segments_per_row")})
     return out
 
   def should_stop(self) -> bool:
