@@ -32,10 +32,11 @@ def get_rl_config() -> ml_collections.ConfigDict:
   c.kl_coef = 0.01             # KL-to-reference loss weight; 0 drops the reference model
   c.kl_type = "k3"             # "k3"/"low_var_kl", "k1"/"kl", "k2"/"mse"
   c.loss_agg = "token-mean"    # veRL's names. "token-mean": the exact token mean of the
-                               # mini-batch (the original SSP run's setting). "seq-mean-token-
-                               # mean": mean over trajectories of each one's token mean (what
-                               # veRL computes with one sequence per micro-batch, and its
-                               # default). "seq-mean-token-sum" also exists. Packing changes none.
+                               # mini-batch. "seq-mean-token-mean": the mean over trajectories
+                               # of each one's token mean, which is what the original run
+                               # computes in effect (veRL token-mean inside micro-batches of one
+                               # sequence, averaged by gradient accumulation). Also
+                               # "seq-mean-token-sum". Packing changes none of them.
   c.entropy_coef = 0.0         # entropy bonus weight (entropy is always logged)
   c.temperature = 1.0          # logits / temperature before log-softmax (the sampler's T)
   # -- advantages -----------------------------------------------------------------------------
