@@ -126,8 +126,9 @@ def fused_segment_attention(q_BTNH, k_BTKH, v_BTKH, segment_ids_BT, positions_BT
   v_BTNH = jnp.repeat(v_BTKH, G, axis=2) if G > 1 else v_BTKH
   seqlen_BM, offsets_BM1 = segment_seqlens_offsets(segment_ids_BT, max_segments)
   out = cudnn_fa.dot_product_attention(
-      q_BTNH, k_BTNH, v_BTNH, None, None, seqlen_BM, seqlen_BM, offsets_BM1, offsets_BM1,
-      scale=1.0 / math.sqrt(H), mask_type=cudnn_fa.MaskType.PADDING_CAUSAL, qkv_layout="BTNH")
+      q_BTNH, k_BTNH, v_BTNH, bias=None, mask=None, q_seqlen=seqlen_BM, kv_seqlen=seqlen_BM,
+      q_offsets=offsets_BM1, kv_offsets=offsets_BM1, scale=1.0 / math.sqrt(H),
+      mask_type=cudnn_fa.MaskType.PADDING_CAUSAL, qkv_layout="BTNH")
   # Padding tokens belong to no segment: whatever cuDNN leaves there is replaced (a select, so
   # even non-finite garbage neither reaches the loss nor the gradients).
   return jnp.where((segment_ids_BT > 0)[:, :, None, None], out, jnp.zeros_like(out))
