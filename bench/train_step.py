@@ -10,6 +10,19 @@ GPU (the issue's setting; flash attention through cuDNN):
 CPU smoke test (seconds):
   python bench/train_step.py --tiny --seq 64 --micro-batch 2 --steps 2
 
+Packed vs padded on SSP-shaped lengths (`--length-mix paper`: bench/length_mix_paper.json, a
+stated model of proposer and solver lengths with observations): the same sampled trajectories
+run through the padded step (one row each, rows as long as the longest, rounded to 128) and the
+packed step (`ssp_jax.rl.pack`, rows of the same length), and the packed step once more on
+full-length rows (the uniform-length yardstick). Per layout: `fill_rate` (real tokens / token
+positions computed), `real_tok_s` (real tokens per second), `mfu_real` (model FLOPs of the real
+tokens only, each trajectory's causal attention over its own length, reference forward included
+when --kl-coef > 0, against 797 TFLOP/s), and the pre-update `loss` (packed and padded must
+agree: `loss_rel_diff`). The keys without a suffix are the packed layout's.
+  python bench/train_step.py --length-mix paper --preset qwen2.5-1.5b --remat dots \
+      --micro-batch 8 --traj 96 --steps 2
+  python bench/train_step.py --length-mix paper --tiny --traj 12 --micro-batch 2 --steps 1
+
 MFU counts 6N FLOPs per token (N: every matmul parameter, lm_head included) plus causal
 attention 6 * L * T * N_heads * H, against --peak-tflops per device (989 dense bf16 H100/H200
 datasheet) and also against 797 (the bf16 matmul rate measured on the H200). `mfu_incl_ref`
@@ -64,6 +77,12 @@ def parse_args(argv=None):
   p.add_argument("--peak-tflops", type=float, default=989.0, help="per-device dense peak")
   p.add_argument("--mem-fraction", type=float, default=0.92, help="of bytes_limit to allow")
   p.add_argument("--max-micro-batch", type=int, default=64)
+  p.add_argument("--length-mix", default="", help="packed vs padded on a length mix: a name "
+                 "(bench/length_mix_<name>.json, e.g. paper) or a path")
+  p.add_argument("--traj", type=int, default=96, help="trajectories per update (--length-mix)")
+  p.add_argument("--length-scale", type=float, default=0.0,
+                 help="multiplies the mix's lengths (default 1, 1/16 with --tiny)")
+  p.add_argument("--pack-max-segments", type=int, default=64)
   return p.parse_args(argv)
 
 
@@ -167,10 +186,127 @@ def search_micro_batch(a, cfg, rl, sharder, tx, state_sh) -> tuple[int, dict]:
   return max(m, rows), info
 
 
+# --------------------------------------------------------------------------------------------
+# --length-mix: the same trajectories padded and packed
+# --------------------------------------------------------------------------------------------
+def _put(batch, m, sharder, packed):
+  sh = learner_lib.batch_shardings(sharder, packed)
+  micro = learner_lib.to_micro({k: batch[k] for k in sh}, m)
+  return {k: jax.device_put(v, sh[k]) for k, v in micro.items()}
+
+
+def _time(step, state0, ref, batch, steps):
+  """(compile + first call s, median of `steps` timed calls, pre-update loss of the first)."""
+  state = jax.tree.map(jnp.copy, state0)
+  t0 = time.perf_counter()
+  state, metrics = step(state, ref, batch)
+  loss = float(metrics["loss"])
+  first = time.perf_counter() - t0
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    state, metrics = step(state, ref, batch)
+    jax.block_until_ready((state, metrics))
+    times.append(time.perf_counter() - t0)
+  del state
+  return first, float(np.median(times)), loss
+
+
+def _uniform_packed(cfg, rows, T, seed=1):
+  """Full-length packed rows: one segment each (the uniform-length yardstick)."""
+  rng = np.random.default_rng(seed)
+  mask = np.ones((rows, T), np.float32)
+  mask[:, 0] = 0.0
+  return {"tokens": rng.integers(0, cfg.vocab_size, (rows, T), dtype=np.int32),
+          "loss_mask": mask, "old_logp": np.where(mask > 0, -8.0, 0.0).astype(np.float32),
+          "advantages": np.repeat(rng.normal(size=(rows, 1)), T, 1).astype(np.float32),
+          "role": np.repeat((rng.random((rows, 1)) < 0.2).astype(np.int32), T, 1),
+          "segment_ids": np.ones((rows, T), np.int32),
+          "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (rows, T)).copy(),
+          "seq_tokens": np.full((rows, T), T - 1, np.float32)}
+
+
+def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
+  import length_mix
+  from ssp_jax.rl import batch as batch_lib
+  from ssp_jax.rl import pack as pack_lib
+  mix = length_mix.load_mix(a.length_mix)
+  scale = a.length_scale or (1 / 16 if a.tiny else 1.0)
+  trajs, roles = length_mix.sample_trajectories(mix, a.traj, vocab=cfg.vocab_size, seed=0,
+                                                scale=scale, max_len=a.seq)
+  # prompt groups as in SSP: a proposer alone, solvers in groups of 5 attempts
+  prompt, g = [], 0
+  for i, r in enumerate(roles):
+    g += 1 if (i == 0 or r == 0 or (i - roles.index(1)) % 5 == 0) else 0
+    prompt.append(g)
+  adv = np.random.default_rng(2).normal(size=len(trajs))
+  batch = batch_lib.make_batch(trajs, adv, roles, prompt_index=prompt, bucket=128, max_len=a.seq)
+  T = batch["tokens"].shape[1]
+  a.seq = T
+  info = {}
+  m = a.micro_batch or 0
+  if not m:
+    m, info = search_micro_batch(a, cfg, rl, sharder, tx, state_sh)
+  sc = learner_lib.StepConfig.from_config(rl)
+  sc = learner_lib.StepConfig(**{**sc.__dict__, "micro_batch_size": m,
+                                 "max_segments": a.pack_max_segments})
+  lengths = batch["length"].astype(np.float64)
+  train_f = np.array([flops_per_token(cfg, int(n))[0] for n in lengths])
+  ref_f = np.array([flops_per_token(cfg, int(n))[1] for n in lengths])
+  real_flops = float((lengths * (train_f + (ref_f if a.kl_coef else 0.0))).sum())
+  real_flops_policy = float((lengths * train_f).sum())
+  real = float(lengths.sum())
+
+  state0 = ts.create_train_state(cfg, tx, sharder, param_dtype=ts.dtype_of(a.param_dtype))
+  ref = (ts.make_reference(state0["params"], cfg, sharder, ts.dtype_of(a.compute_dtype))
+         if a.kl_coef != 0 else None)
+  n_dev = jax.device_count()
+  peak = n_dev * 797e12
+  padded = batch_lib.pad_rows(batch, -(-len(trajs) // m) * m)
+  pb, _, pstats = pack_lib.pack_batch(batch, T, max_segments=a.pack_max_segments)
+  pb = batch_lib.pad_rows(pb, pack_lib.micro_batches_bucket(pb["tokens"].shape[0], m))
+  layouts = {
+      "padded": (padded, False, real, real_flops, real_flops_policy, len(trajs)),
+      "packed": (pb, True, real, real_flops, real_flops_policy, int(pstats["rows"])),
+  }
+  full_rows = -(-int(pstats["rows"]) // m) * m
+  uf = flops_per_token(cfg, T)
+  layouts["uniform"] = (_uniform_packed(cfg, full_rows, T), True, float(full_rows * (T - 1)),
+                        full_rows * T * (uf[0] + (uf[1] if a.kl_coef else 0.0)),
+                        full_rows * T * uf[0], full_rows)
+  out = {"bench": "train_step_length_mix", "model": "tiny" if a.tiny else a.preset,
+         "length_mix": a.length_mix, "length_scale": scale, "traj": len(trajs),
+         "real_tokens": int(real), "mean_len": real / len(trajs), "max_len": int(lengths.max()),
+         "row_len": T, "micro_batch": m, "devices": n_dev,
+         "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
+         "remat": a.remat, "attn_impl": rl.attn_impl, "kl_coef": a.kl_coef, **info}
+  for name, (b, packed, toks, flops, flops_policy, used_rows) in layouts.items():
+    step = learner_lib.make_train_step(cfg, sc, tx, sharder, state_sh,
+                                       with_ref=a.kl_coef != 0, packed=packed)
+    first, dt, loss = _time(step, state0, ref, _put(b, m, sharder, packed), a.steps)
+    rows = b["tokens"].shape[0]
+    computed = -(-used_rows // m) * m * T        # positions of the micro-batches that run
+    out.update({f"step_s_{name}": dt, f"compile_and_first_s_{name}": round(first, 2),
+                f"rows_{name}": used_rows, f"micro_batches_{name}": rows // m,
+                f"fill_rate_{name}": toks / computed, f"real_tok_s_{name}": toks / dt,
+                f"mfu_real_{name}": flops / dt / peak,
+                f"mfu_real_policy_{name}": flops_policy / dt / peak, f"loss_{name}": loss})
+  for k in ("fill_rate", "real_tok_s", "mfu_real"):
+    out[k] = out[f"{k}_packed"]
+  out["speedup_packed_vs_padded"] = out["step_s_padded"] / out["step_s_packed"]
+  out["mfu_real_packed_over_uniform"] = out["mfu_real_packed"] / out["mfu_real_uniform"]
+  out["loss_rel_diff"] = abs(out["loss_packed"] - out["loss_padded"]) / max(
+      abs(out["loss_padded"]), 1e-12)
+  return out
+
+
 def main(argv=None) -> int:
   a = parse_args(argv)
   cfg = model_config(a)
   rl, sharder, tx, state_sh = build(a, cfg)
+  if a.length_mix:
+    print(json.dumps(run_length_mix(a, cfg, rl, sharder, tx, state_sh)))
+    return 0
   info = {}
   m = a.micro_batch or 0
   if not m:

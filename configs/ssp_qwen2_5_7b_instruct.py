@@ -78,8 +78,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   rl.update_schedule = "proposer_then_solver"   # original: proposer update (1 optimizer step),
                                       # then the solver's (2) with old log-probs recomputed;
                                       # LR schedule steps once per update call
-  # TODO(lead, at the merge of i17-pack): rl.loss_agg = "seq-mean-token-mean" -- the original's
-  # veRL loss with one sequence per micro-batch (mean over sequences of per-sequence token means).
+  rl.loss_agg = "seq-mean-token-mean"  # original: veRL's loss with one sequence per micro-batch
+                                      # = mean over sequences of per-sequence token means
 
   s = c.ssp
   s.batch_size = 256                  # paper: global batch 256

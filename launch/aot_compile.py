@@ -11,6 +11,13 @@ in its own venv) and XLA reports the per-chip memory.
 
 The model shape comes from `config.model.preset` (or `--preset`), else from config.json under
 `config.model.path`. Prints one JSON object per program.
+
+With `rl.pack` (the default) the train step is compiled in the packed layout: micro-batches of
+rl.micro_batch_size rows of the full row length (rl.pack_len, else the sequence length), with
+segment ids and positions, as many micro-batches as packing one mini-batch of trajectories
+sampled from `--length-mix` (default: bench/length_mix_paper.json for SSP configs; none for
+SvS, which then assumes every trajectory fills a row) gives, rounded up to a power of two as
+the learner does.
 """
 from __future__ import annotations
 
@@ -65,7 +72,28 @@ def samples_per_prompt(cfg) -> int:
   return int(cfg.ssp.solver_n)
 
 
-def compile_train_step(mcfg, cfg, sharder, seq):
+def packed_micro_batches(cfg, per_update: int, row_len: int, m: int, length_mix: str,
+                         vocab: int) -> tuple[int, dict]:
+  """Micro-batches of one packed mini-batch of `per_update` trajectories drawn from the mix
+  (none: each trajectory fills a row), bucketed as `Learner.mini_batches` does."""
+  from ssp_jax.rl import pack as pack_lib
+  if not length_mix:
+    return pack_lib.micro_batches_bucket(per_update, m) // m, {"length_mix": "worst case"}
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "bench"))
+  import length_mix as mix_lib
+  trajs, _ = mix_lib.sample_trajectories(mix_lib.load_mix(length_mix), per_update, vocab=vocab,
+                                         max_len=row_len)
+  lengths = [len(t.prompt_ids) + len(t.response_ids) for t in trajs]
+  rows = len(pack_lib.first_fit_decreasing(lengths, row_len,
+                                           int(cfg.rl.get("pack_max_segments", 64))))
+  fill = sum(lengths) / float(-(-rows // m) * m * row_len)
+  return pack_lib.micro_batches_bucket(rows, m) // m, {
+      "length_mix": length_mix, "packed_rows": rows, "fill_rate": round(fill, 4),
+      "mean_len": round(sum(lengths) / len(lengths), 1)}
+
+
+def compile_train_step(mcfg, cfg, sharder, seq, length_mix=""):
   rl = cfg.rl
   sc = learner_lib.StepConfig.from_config(rl)
   tx = ts.make_optimizer(rl)
@@ -79,19 +107,32 @@ def compile_train_step(mcfg, cfg, sharder, seq):
   rows = sharder.axis_size("act_batch")
   m = max(rl.micro_batch_size, rows)
   per_update = rl.mini_batch_size * samples_per_prompt(cfg)
-  K = max(per_update // m, 1)
-  bsh = learner_lib.batch_shardings(sharder)
-  batch = {"tokens": _sds((K, m, seq), jnp.int32, bsh["tokens"]),
-           "loss_mask": _sds((K, m, seq), jnp.float32, bsh["loss_mask"]),
-           "old_logp": _sds((K, m, seq), jnp.float32, bsh["old_logp"]),
-           "advantages": _sds((K, m), jnp.float32, bsh["advantages"]),
-           "role": _sds((K, m), jnp.int32, bsh["role"]),
-           "prompt": _sds((K, m), jnp.int32, bsh["prompt"])}
-  step = learner_lib.make_train_step(mcfg, sc, tx, sharder, shardings, with_ref=with_ref)
+  packed = bool(rl.get("pack", False))
+  extra = {}
+  if packed:
+    seq = int(rl.get("pack_len", 0)) or seq
+    K, extra = packed_micro_batches(cfg, per_update, seq, m, length_mix, mcfg.vocab_size)
+    bsh = learner_lib.batch_shardings(sharder, packed=True)
+    dtypes = {"tokens": jnp.int32, "role": jnp.int32, "segment_ids": jnp.int32,
+              "positions": jnp.int32}
+    batch = {k: _sds((K, m, seq), dtypes.get(k, jnp.float32), bsh[k]) for k in bsh}
+  else:
+    K = max(per_update // m, 1)
+    bsh = learner_lib.batch_shardings(sharder)
+    batch = {"tokens": _sds((K, m, seq), jnp.int32, bsh["tokens"]),
+             "loss_mask": _sds((K, m, seq), jnp.float32, bsh["loss_mask"]),
+             "old_logp": _sds((K, m, seq), jnp.float32, bsh["old_logp"]),
+             "advantages": _sds((K, m), jnp.float32, bsh["advantages"]),
+             "role": _sds((K, m), jnp.int32, bsh["role"]),
+             "prompt": _sds((K, m), jnp.int32, bsh["prompt"])}
+  step = learner_lib.make_train_step(mcfg, sc, tx, sharder, shardings, with_ref=with_ref,
+                                     packed=packed)
   compiled = step.lower(state, ref, batch).compile()
   return memory_report("train_step", compiled, {
-      "micro_batch": m, "micro_batches": K, "seq": seq, "remat": rl.remat,
-      "param_dtype": rl.param_dtype, "compute_dtype": rl.compute_dtype, "kl_ref": with_ref})
+      "layout": "packed" if packed else "padded", "micro_batch": m, "micro_batches": K,
+      "seq": seq, "trajectories": per_update, "remat": rl.remat,
+      "param_dtype": rl.param_dtype, "compute_dtype": rl.compute_dtype, "kl_ref": with_ref,
+      **extra})
 
 
 def _decode_layout(mcfg, sharder, dtype):
@@ -135,6 +176,9 @@ def main():
   ap.add_argument("--seq", type=int, default=0, help="train sequence length (default: "
                   "rollout max_prompt_tokens + max_response_tokens)")
   ap.add_argument("--decode-batch", type=int, default=0)
+  ap.add_argument("--length-mix", default=None, help="packed layout: trajectory lengths from "
+                  "this mix (bench/length_mix_<name>.json or a path; default paper for SSP, "
+                  "none for SvS: every trajectory a full row)")
   a = ap.parse_args()
   cfg = load_config_file(a.config)
   mcfg = model_config(cfg, a.preset)
@@ -146,7 +190,10 @@ def main():
   head = {"topology": a.topology, "chips": len(topo.devices),
           "device_kind": topo.devices[0].device_kind, "mesh": dict(mesh.shape),
           "params": mcfg.num_params()}
-  print(json.dumps({**head, **compile_train_step(mcfg, cfg, sharder, seq)}), flush=True)
+  mix = a.length_mix
+  if mix is None:
+    mix = "" if cfg.get("game", "ssp") == "svs" else "paper"
+  print(json.dumps({**head, **compile_train_step(mcfg, cfg, sharder, seq, mix)}), flush=True)
   batch = a.decode_batch or cfg.rollout.batch_size
   print(json.dumps({**head, **compile_decode_step(mcfg, cfg, sharder, batch, seq)}), flush=True)
 

@@ -155,33 +155,36 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
                   positions_BT: Optional[jax.Array] = None,
                   segment_ids_BT: Optional[jax.Array] = None,
                   dtype=jnp.float32, remat: str = "none", attn_impl: str = "xla",
-                  sharder: Optional[Sharder] = None) -> jax.Array:
+                  sharder: Optional[Sharder] = None, max_segments: int = 0) -> jax.Array:
   """Final-norm hidden states [B, T, D] of a full (no cache) forward.
 
   positions_BT: rope positions and causal order (default 0..T-1 per row).
   segment_ids_BT: tokens attend only within their segment; 0 marks padding (default all 1).
     Left padding: segment 0 on the pads and positions 0.. on the real tokens. Packing: one id
     per packed sequence, positions restarting at 0 in each.
-  attn_impl: "xla" (einsum, any mask), or "cudnn"/"auto" to use `jax.nn.dot_product_attention`
-    when no segment mask is given (flash attention on GPU).
+  attn_impl: "xla" (einsum, any mask), or "cudnn"/"auto" for `jax.nn.dot_product_attention`
+    (flash attention on GPU). With segment ids and `max_segments` > 0 (packed rows: segments
+    1..M contiguous and in order, padding after them), "cudnn" runs cuDNN's packed layout
+    (`layers.fused_segment_attention`); with max_segments 0 segment ids take the XLA path.
   """
   B, T = tokens_BT.shape
   if positions_BT is None:
     positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
   inv_freq = L_.rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
   cos, sin = L_.rope_cos_sin(positions_BT, inv_freq, dtype)
+  packed_fused = attn_impl != "xla" and segment_ids_BT is not None and max_segments > 0
   fused = attn_impl != "xla" and segment_ids_BT is None
-  if not fused:
+  if not (fused or packed_fused):
     seg = jnp.ones((B, T), jnp.int32) if segment_ids_BT is None else segment_ids_BT
-    mask_BTS = ((positions_BT[:, :, None] >= positions_BT[:, None, :])
-                & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0))
-    # Causal order must also hold in index space for packed rows with restarted positions.
-    mask_BTS &= jnp.tril(jnp.ones((T, T), bool))[None]
+    mask_BTS = L_.segment_mask(positions_BT, seg)
 
   def body(x_BTD, lp):
     q, k, v = _qkv(cfg, lp, x_BTD, cos, sin, sharder)
     if fused:
       attn = L_.fused_causal_attention(q, k, v, attn_impl)
+    elif packed_fused:
+      attn = L_.fused_segment_attention(q, k, v, segment_ids_BT, positions_BT, attn_impl,
+                                        max_segments)
     else:
       attn = L_.attention(q, k, v, mask_BTS)
     return _attn_out_and_mlp(cfg, lp, x_BTD, attn, sharder), None

@@ -71,3 +71,64 @@ def fused_causal_attention(q_BTNH, k_BTKH, v_BTKH, impl: str) -> jax.Array:
   """Causal self-attention through `jax.nn.dot_product_attention` (cuDNN flash on GPU)."""
   return jax.nn.dot_product_attention(q_BTNH, k_BTKH, v_BTKH, is_causal=True,
                                       implementation=impl)
+
+
+def segment_mask(positions_BT: jax.Array, segment_ids_BT: jax.Array) -> jax.Array:
+  """[B, T, S] causal mask of packed rows: a query sees keys of its own segment (id > 0) at
+  an earlier or equal position and index. Segment 0 (padding) sees nothing and is never seen."""
+  T = segment_ids_BT.shape[1]
+  seg = segment_ids_BT
+  mask_BTS = ((positions_BT[:, :, None] >= positions_BT[:, None, :])
+              & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0))
+  # Causal order must also hold in index space for packed rows with restarted positions.
+  return mask_BTS & jnp.tril(jnp.ones((T, T), bool))[None]
+
+
+def segment_seqlens_offsets(segment_ids_BT: jax.Array,
+                            max_segments: int) -> tuple[jax.Array, jax.Array]:
+  """cuDNN packed-layout descriptors of rows whose segments 1..M are contiguous, numbered in
+  order from the row's start, with padding (id 0) after the last one.
+
+  Returns (seqlen [B, M]: each segment's length, -1 where the row has fewer segments;
+  offsets [B, M + 1]: each segment's first index, -1 where absent; the last column is -1).
+  Segments numbered above `max_segments` are not described (the packer never makes them).
+  """
+  ids_M = jnp.arange(1, max_segments + 1, dtype=segment_ids_BT.dtype)
+  len_BM = jnp.sum(segment_ids_BT[:, :, None] == ids_M, axis=1, dtype=jnp.int32)
+  start_BM = jnp.cumsum(len_BM, axis=1, dtype=jnp.int32) - len_BM
+  present = len_BM > 0
+  seqlen_BM = jnp.where(present, len_BM, -1)
+  offsets_BM = jnp.where(present, start_BM, -1)
+  offsets_BM1 = jnp.concatenate([offsets_BM, jnp.full_like(offsets_BM[:, :1], -1)], axis=1)
+  return seqlen_BM, offsets_BM1
+
+
+def fused_segment_attention(q_BTNH, k_BTKH, v_BTKH, segment_ids_BT, positions_BT, impl: str,
+                            max_segments: int) -> jax.Array:
+  """Causal self-attention within segments of packed rows (0 = padding), without a [T, T] mask
+  on GPU.
+
+  impl "cudnn": cuDNN flash attention in its packed (ragged-offset) layout through JAX's cuDNN
+  wrapper, every segment attended as its own causal sequence; KV heads are repeated to the
+  query heads there (the wrapper strides the KV offsets by the query head count). Padding rows'
+  outputs are set to 0. Any other impl: `jax.nn.dot_product_attention` with the segment mask
+  (`segment_mask`), i.e. the XLA path.
+  """
+  if impl != "cudnn":
+    mask = segment_mask(positions_BT, segment_ids_BT)[:, None]
+    impl_arg = None if impl in ("auto", "xla") else impl
+    return jax.nn.dot_product_attention(q_BTNH, k_BTKH, v_BTKH, mask=mask,
+                                        implementation=impl_arg)
+  from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
+  N, H = q_BTNH.shape[2], q_BTNH.shape[3]
+  G = N // k_BTKH.shape[2]
+  k_BTNH = jnp.repeat(k_BTKH, G, axis=2) if G > 1 else k_BTKH
+  v_BTNH = jnp.repeat(v_BTKH, G, axis=2) if G > 1 else v_BTKH
+  seqlen_BM, offsets_BM1 = segment_seqlens_offsets(segment_ids_BT, max_segments)
+  out = cudnn_fa.dot_product_attention(
+      q_BTNH, k_BTNH, v_BTNH, bias=None, mask=None, q_seqlen=seqlen_BM, kv_seqlen=seqlen_BM,
+      q_offsets=offsets_BM1, kv_offsets=offsets_BM1, scale=1.0 / math.sqrt(H),
+      mask_type=cudnn_fa.MaskType.PADDING_CAUSAL, qkv_layout="BTNH")
+  # Padding tokens belong to no segment: whatever cuDNN leaves there is replaced (a select, so
+  # even non-finite garbage neither reaches the loss nor the gradients).
+  return jnp.where((segment_ids_BT > 0)[:, :, None, None], out, jnp.zeros_like(out))

@@ -139,6 +139,39 @@ def test_aggregations_and_fully_masked_rows():
     assert loss == 0.0 and all(v == 0.0 for v in met.values())
 
 
+def test_loss_agg_on_hand_computed_rows_of_different_lengths_padded_and_packed():
+  """veRL's two names: token-mean (exact token mean of the mini-batch) and seq-mean-token-mean
+  (mean over trajectories of per-trajectory token means), on trajectories of 1, 2 and 4 loss
+  tokens with per-token losses chosen by hand; the packed layout gives the same numbers."""
+  # ratio 1 everywhere (logp == old): per-token loss = -A. Trajectories a, b, c.
+  # a: 4 loss tokens, A = 1; b: 2 loss tokens, A = -2; c: 1 loss token, A = 4.
+  token_mean = -(4 * 1 + 2 * -2 + 1 * 4) / 7            # = -4/7
+  seq_mean = -(1 + -2 + 4) / 3                           # = -1
+  assert token_mean == pytest.approx(-4 / 7) and seq_mean == pytest.approx(-1.0)
+  # padded: one row each, T = 6 (a prompt token first, padding after)
+  m = np.array([[0, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0], [0, 1, 0, 0, 0, 0]], np.float32)
+  z = np.zeros_like(m)
+  loss, _ = _loss(z, z, None, [1.0, -2.0, 4.0], m, kl_coef=0.0, agg="token-mean")
+  assert loss == pytest.approx(token_mean, rel=1e-6)
+  loss, _ = _loss(z, z, None, [1.0, -2.0, 4.0], m, kl_coef=0.0, agg="seq-mean-token-mean")
+  assert loss == pytest.approx(seq_mean, rel=1e-6)
+  # packed: a and c in row 0 (segments 1, 2), b in row 1; per-token advantages and each
+  # token's trajectory size (seq_tokens) replace the per-row ones
+  mp = np.array([[0, 1, 1, 1, 1, 0, 1, 0], [0, 1, 1, 0, 0, 0, 0, 0]], np.float32)
+  adv = np.array([[1, 1, 1, 1, 1, 4, 4, 0], [-2, -2, -2, 0, 0, 0, 0, 0]], np.float32)
+  st = np.array([[4, 4, 4, 4, 4, 1, 1, 0], [2, 2, 2, 0, 0, 0, 0, 0]], np.float32)
+  zp = np.zeros_like(mp)
+  for agg, want in (("token-mean", token_mean), ("seq-mean-token-mean", seq_mean),
+                    ("seq-mean-token-sum", -(4 * 1 + 2 * -2 + 1 * 4) / 3)):
+    loss, _ = _loss(zp, zp, None, adv, mp, kl_coef=0.0, agg=agg, seq_tokens=st)
+    assert loss == pytest.approx(want, rel=1e-6), agg
+    padded, _ = _loss(z, z, None, [1.0, -2.0, 4.0], m, kl_coef=0.0, agg=agg)
+    assert padded == pytest.approx(want, rel=1e-6), agg
+  # without seq_tokens a packed row would count as one sequence: a different (wrong) number
+  loss, _ = _loss(zp, zp, None, adv, mp, kl_coef=0.0, agg="seq-mean-token-mean")
+  assert loss != pytest.approx(seq_mean)
+
+
 def test_masked_tokens_get_exactly_zero_gradient_even_with_nan_inputs():
   rng = np.random.default_rng(0)
   logp = jnp.asarray(-rng.random((2, 5)), jnp.float32)

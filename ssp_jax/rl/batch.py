@@ -10,10 +10,12 @@ A batch is a dict of numpy arrays:
   role        int32   [N]     role id per sequence (e.g. 0 proposer, 1 solver)
   prompt      int32   [N]     index of the prompt a row belongs to (mini-batches keep a prompt's
                               rows together); -1 on padding rows
+  length      int32   [N]     tokens of the row before padding (host only: the packer reads it)
 
 Right padding keeps positions 0..T-1 and plain causal attention valid (pads come after every
 real token), so the learner can use flash attention without segment ids. T is rounded up to a
-multiple of `bucket` (128 by default) so the compiled step sees only a few shapes.
+multiple of `bucket` (128 by default) so the compiled step sees only a few shapes. With
+`rl.pack` (the default) the learner packs these rows into fewer, full rows (`ssp_jax.rl.pack`).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import numpy as np
 from ssp_jax.types import Trajectory
 
 Batch = dict[str, np.ndarray]
-ROW_KEYS = ("advantages", "role", "prompt")
+ROW_KEYS = ("advantages", "role", "prompt", "length")
 
 
 def bucket_length(n: int, bucket: int = 128, max_len: Optional[int] = None) -> int:
@@ -50,7 +52,8 @@ def _row(traj: Trajectory, T: int, pad_id: int):
     m = np.asarray(traj.loss_mask[:n_resp], np.float32)
     mask[len(p):len(seq)] = m
     logp[len(p):len(seq)] = np.where(m > 0, np.asarray(traj.logprobs[:n_resp], np.float32), 0.0)
-  return tokens, mask, logp
+  mask[0] = logp[0] = 0.0   # the first token has no context to score it (empty prompts only)
+  return tokens, mask, logp, len(seq)
 
 
 def make_batch(trajectories: Sequence[Trajectory], advantages: Sequence[float],
@@ -79,6 +82,7 @@ def make_batch(trajectories: Sequence[Trajectory], advantages: Sequence[float],
       "role": np.asarray(roles, np.int32).reshape(n),
       "prompt": (np.arange(n, dtype=np.int32) if prompt_index is None
                  else np.asarray(prompt_index, np.int32).reshape(n)),
+      "length": np.asarray([r[3] for r in rows], np.int32).reshape(n),
   }
 
 

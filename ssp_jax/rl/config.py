@@ -33,7 +33,12 @@ def get_rl_config() -> ml_collections.ConfigDict:
   c.dual_clip = 3.0            # dual-clip c for negative advantages; None turns it off
   c.kl_coef = 0.01             # KL-to-reference loss weight; 0 drops the reference model
   c.kl_type = "k3"             # "k3"/"low_var_kl", "k1"/"kl", "k2"/"mse"
-  c.loss_agg = "token-mean"    # "token-mean", "seq-mean-token-mean", "seq-mean-token-sum"
+  c.loss_agg = "token-mean"    # veRL's names. "token-mean": the exact token mean of the
+                               # mini-batch. "seq-mean-token-mean": the mean over trajectories
+                               # of each one's token mean, which is what the original run
+                               # computes in effect (veRL token-mean inside micro-batches of one
+                               # sequence, averaged by gradient accumulation). Also
+                               # "seq-mean-token-sum". Packing changes none of them.
   c.entropy_coef = 0.0         # entropy bonus weight (entropy is always logged)
   c.temperature = 1.0          # logits / temperature before log-softmax (the sampler's T)
   # -- advantages -----------------------------------------------------------------------------
@@ -59,6 +64,12 @@ def get_rl_config() -> ml_collections.ConfigDict:
                                # multiple of the batch-sharding mesh size)
   c.bucket = 128               # sequence lengths rounded up to a multiple of this
   c.max_len = 12288            # longest training sequence (prompt 4096 + response 8192)
+  c.pack = True                # sequence packing: several trajectories per row, attention per
+                               # trajectory (ssp_jax.rl.pack); False: one padded row each
+  c.pack_len = 0               # tokens per packed row; 0: the padded layout's row length (the
+                               # longest trajectory rounded to `bucket`, at most max_len)
+  c.pack_max_segments = 64     # most trajectories in one packed row (a static shape of the
+                               # cuDNN packed attention)
   c.recompute_old_logp = True  # recompute old log-probs with the learner (veRL); False uses
                                # the sampler's Trajectory.logprobs
   # -- compute ----------------------------------------------------------------------------

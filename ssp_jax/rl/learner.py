@@ -28,6 +28,7 @@ from models.decoder import REMAT_POLICIES, lm_head_weight
 from models.sharding import Sharder, constrain
 from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl import losses
+from ssp_jax.rl import pack as pack_lib
 from ssp_jax.rl import train_state as ts
 from ssp_jax.rl.config import ROLES
 
@@ -49,6 +50,7 @@ class StepConfig:
   compute_dtype: str = "bfloat16"
   attn_impl: str = "xla"
   logprob_chunk: int = 512
+  max_segments: int = 64       # packed rows: most segments per row (cuDNN packed attention)
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "StepConfig":
@@ -63,7 +65,8 @@ class StepConfig:
                role_weights=tuple(float(rl.role_loss_weights[r]) for r in ROLES),
                micro_batch_size=rl.micro_batch_size, remat=rl.remat,
                compute_dtype=rl.compute_dtype, attn_impl=rl.attn_impl,
-               logprob_chunk=rl.logprob_chunk)
+               logprob_chunk=rl.logprob_chunk,
+               max_segments=int(rl.get("pack_max_segments", 64)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,13 +113,22 @@ def chunked_logprobs(w_DV: jax.Array, h_BTD: jax.Array, targets_BT: jax.Array, *
 
 def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array,
                       sc: StepConfig, sharder: Optional[Sharder] = None,
-                      remat: Optional[str] = None) -> tuple[jax.Array, jax.Array]:
+                      remat: Optional[str] = None, *,
+                      segment_ids_BT: Optional[jax.Array] = None,
+                      positions_BT: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
   """(logp_BT, entropy_BT) aligned to the scored token: logp[b, t] = log p(tokens[b, t] |
-  tokens[b, :t]); position 0 (never a loss token) holds 0."""
+  tokens[b, :t]); position 0 (never a loss token) holds 0.
+
+  Packed rows (segment ids and positions given): attention stays inside each segment, so a
+  segment's values are those of its own padded row; a segment's first token is scored from
+  the previous segment's last hidden state and must not be a loss token (the packer masks it).
+  """
   dtype = ts.dtype_of(sc.compute_dtype)
   h_BTD = models.hidden_states(cfg, params, tokens_BT, dtype=dtype,
                                remat=sc.remat if remat is None else remat,
-                               attn_impl=sc.attn_impl, sharder=sharder)
+                               attn_impl=sc.attn_impl, sharder=sharder,
+                               segment_ids_BT=segment_ids_BT, positions_BT=positions_BT,
+                               max_segments=sc.max_segments if segment_ids_BT is not None else 0)
   targets_BT = jnp.concatenate([tokens_BT[:, 1:], jnp.zeros_like(tokens_BT[:, :1])], axis=1)
   logp_BT, ent_BT = chunked_logprobs(lm_head_weight(cfg, params), h_BTD, targets_BT,
                                      temperature=sc.temperature, chunk=sc.logprob_chunk,
@@ -134,20 +146,36 @@ def _cast(tree, dtype):
 # The fused step
 # --------------------------------------------------------------------------------------------
 MICRO_KEYS = ("tokens", "loss_mask", "old_logp", "advantages", "loss_w", "metric_w")
+PACKED_INPUTS = ("segment_ids", "positions")   # extra per-token model inputs of packed rows
+
+
+def is_packed(mb: dict) -> bool:
+  return "segment_ids" in mb
+
+
+def _model_inputs(x: dict) -> dict:
+  """Keyword arguments of `sequence_logprobs` for a (micro-)batch: segments when packed."""
+  if not is_packed(x):
+    return {}
+  return {"segment_ids_BT": x["segment_ids"], "positions_BT": x["positions"]}
 
 
 def loss_weights(mb: dict, sc: StepConfig) -> tuple[jax.Array, jax.Array]:
-  """(loss_w_NT, metric_w_NT) over the whole mini-batch, role weights folded in."""
+  """(loss_w_NT, metric_w_NT) over the whole mini-batch, role weights folded in.
+
+  Padded rows: one role per row, each row one trajectory. Packed rows: a role per token and
+  each token's trajectory size (`seq_tokens`), so every aggregation is per trajectory."""
   role_w = jnp.asarray(sc.role_weights, jnp.float32)[jnp.clip(mb["role"], 0,
                                                               len(sc.role_weights) - 1)]
-  loss_w = losses.aggregation_weights(mb["loss_mask"], sc.loss_agg, role_w)
+  loss_w = losses.aggregation_weights(mb["loss_mask"], sc.loss_agg, role_w,
+                                      mb.get("seq_tokens"))
   return loss_w, losses.token_mean_weights(mb["loss_mask"])
 
 
 def micro_loss(params, ref_logp, mb, cfg, sc: StepConfig, sharder):
   """Loss of one micro-batch with mini-batch-global weights; (loss, metrics)."""
   cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
-  logp, ent = sequence_logprobs(cfg, cparams, mb["tokens"], sc, sharder)
+  logp, ent = sequence_logprobs(cfg, cparams, mb["tokens"], sc, sharder, **_model_inputs(mb))
   if sc.entropy_coef == 0.0:
     ent = jax.lax.stop_gradient(ent)
   return losses.weighted_policy_loss(
@@ -170,24 +198,37 @@ def metric_keys(sc: StepConfig) -> tuple[str, ...]:
 
 
 def accumulate_grads(params, ref_params, mb, cfg, sc: StepConfig, sharder, p_shardings):
-  """Sum of micro-batch gradients and metrics over a mini-batch of [K, m, ...] arrays."""
+  """Sum of micro-batch gradients and metrics over a mini-batch of [K, m, ...] arrays.
+
+  A micro-batch without loss tokens (the row padding of a mini-batch) contributes exactly 0
+  and is skipped by a `lax.cond`, so rounding the micro-batch count up costs ~nothing."""
   loss_w, metric_w = loss_weights(mb, sc)
-  micro = {**{k: mb[k] for k in MICRO_KEYS[:4]}, "loss_w": loss_w, "metric_w": metric_w}
+  extra = PACKED_INPUTS if is_packed(mb) else ()
+  micro = {**{k: mb[k] for k in MICRO_KEYS[:4] + extra}, "loss_w": loss_w, "metric_w": metric_w}
   grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
-  pin = lambda g: jax.tree.map(jax.lax.with_sharding_constraint, g, p_shardings)
+  pin = ((lambda g: g) if p_shardings is None else
+         lambda g: jax.tree.map(jax.lax.with_sharding_constraint, g, p_shardings))
+  zeros_m = {k: jnp.zeros((), jnp.float32) for k in metric_keys(sc)}
+
+  def grads_and_metrics(x):
+    ref_logp = None
+    if sc.kl_coef != 0.0:
+      ref_logp, _ = sequence_logprobs(cfg, ref_params, x["tokens"], sc, sharder, remat="none",
+                                      **_model_inputs(x))
+      ref_logp = jax.lax.stop_gradient(ref_logp)
+    (_, metrics), g = grad_fn(params, ref_logp, x, cfg, sc, sharder)
+    return pin(g), {k: metrics[k].astype(jnp.float32) for k in zeros_m}
+
+  def skip(x):
+    return pin(jax.tree.map(jnp.zeros_like, params)), zeros_m
 
   def body(carry, x):
     g_acc, m_acc = carry
-    ref_logp = None
-    if sc.kl_coef != 0.0:
-      ref_logp, _ = sequence_logprobs(cfg, ref_params, x["tokens"], sc, sharder, remat="none")
-      ref_logp = jax.lax.stop_gradient(ref_logp)
-    (_, metrics), g = grad_fn(params, ref_logp, x, cfg, sc, sharder)
+    g, metrics = jax.lax.cond(jnp.any(x["loss_mask"] > 0), grads_and_metrics, skip, x)
     g_acc = pin(jax.tree.map(lambda a, b: a + b.astype(a.dtype), g_acc, g))
     return (g_acc, {k: m_acc[k] + metrics[k] for k in m_acc}), None
 
   zeros_g = pin(jax.tree.map(jnp.zeros_like, params))
-  zeros_m = {k: jnp.zeros((), jnp.float32) for k in metric_keys(sc)}
   (grads, metrics), _ = jax.lax.scan(body, (zeros_g, zeros_m), micro)
   return grads, metrics
 
@@ -229,35 +270,45 @@ def train_step(state: ts.TrainState, ref_params: Any, mb: dict, *, cfg: models.M
   return new_state, metrics
 
 
-def batch_shardings(sharder: Sharder) -> dict:
-  """[K, m, ...] micro-batched fields: rows (m) over the batch mesh axes, the rest replicated."""
+def batch_shardings(sharder: Sharder, packed: bool = False) -> dict:
+  """[K, m, ...] micro-batched fields: rows (m) over the batch mesh axes, the rest replicated.
+
+  packed: the fields of `ssp_jax.rl.pack.PACKED_KEYS`, all [K, m, T]."""
   row = sharder.spec(("act_batch",))[0]
   mk = lambda *rest: NamedSharding(sharder.mesh, P(None, row, *rest))
+  if packed:
+    return {k: mk(None) for k in pack_lib.PACKED_KEYS}
   return {"tokens": mk(None), "loss_mask": mk(None), "old_logp": mk(None),
           "advantages": mk(), "role": mk(), "prompt": mk()}
 
 
 def make_train_step(cfg: models.ModelConfig, sc: StepConfig, tx: optax.GradientTransformation,
-                    sharder: Sharder, state_sh: Any, with_ref: bool):
+                    sharder: Sharder, state_sh: Any, with_ref: bool, packed: bool = False):
   """jit(train_step) with the state donated and its shardings fixed in and out."""
   p_sh = state_sh["params"]
   fn = functools.partial(train_step, cfg=cfg, sc=sc, tx=tx, sharder=sharder, p_shardings=p_sh)
   rep = NamedSharding(sharder.mesh, P())
   return jax.jit(fn, donate_argnums=(0,),
-                 in_shardings=(state_sh, p_sh if with_ref else None, batch_shardings(sharder)),
+                 in_shardings=(state_sh, p_sh if with_ref else None,
+                               batch_shardings(sharder, packed)),
                  out_shardings=(state_sh, rep))
 
 
-def make_logprob_fn(cfg: models.ModelConfig, sc: StepConfig, sharder: Sharder, p_sh: Any):
-  """jit: (params, tokens [K, m, T]) -> aligned log-probs [K, m, T], one micro-batch at a time.
+def make_logprob_fn(cfg: models.ModelConfig, sc: StepConfig, sharder: Sharder, p_sh: Any,
+                    packed: bool = False):
+  """jit: (params, {"tokens" [K, m, T] (+ "segment_ids", "positions" when packed)}) ->
+  aligned log-probs [K, m, T], one micro-batch at a time.
 
   The result is replicated, so every process of a multi-host run can read all of it."""
-  def fn(params, tokens_KmT):
+  keys = ("tokens",) + (PACKED_INPUTS if packed else ())
+
+  def fn(params, inputs):
     cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
-    return jax.lax.map(lambda t: sequence_logprobs(cfg, cparams, t, sc, sharder, "none")[0],
-                       tokens_KmT)
-  tok_sh = batch_shardings(sharder)["tokens"]
-  return jax.jit(fn, in_shardings=(p_sh, tok_sh), out_shardings=NamedSharding(sharder.mesh, P()))
+    return jax.lax.map(lambda x: sequence_logprobs(cfg, cparams, x["tokens"], sc, sharder,
+                                                   "none", **_model_inputs(x))[0], inputs)
+  sh = batch_shardings(sharder, packed)
+  return jax.jit(fn, in_shardings=(p_sh, {k: sh[k] for k in keys}),
+                 out_shardings=NamedSharding(sharder.mesh, P()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,30 +354,72 @@ class Learner:
     if rl.kl_coef != 0.0:
       self.ref_params = ts.make_reference(self.state["params"], cfg, self.sharder,
                                           ts.dtype_of(rl.ref_dtype))
-    fkey = key + ("fns",)
+    self._fkey = key + ("fns",)
+    self.pack_stats: list[dict[str, float]] = []   # the last update's packing, per mini-batch
+
+  def _fns(self, packed: bool):
+    """(compiled train step, compiled log-prob fn) for the padded or the packed layout."""
+    fkey = self._fkey + (packed,)
     if fkey not in _COMPILED:
       _COMPILED[fkey] = (
-          make_train_step(cfg, self.sc, self.tx, self.sharder, self.state_shardings,
-                          with_ref=self.ref_params is not None),
-          make_logprob_fn(cfg, self.sc, self.sharder, self.state_shardings["params"]))
-    self._step, self._logprob = _COMPILED[fkey]
+          make_train_step(self.cfg, self.sc, self.tx, self.sharder, self.state_shardings,
+                          with_ref=self.ref_params is not None, packed=packed),
+          make_logprob_fn(self.cfg, self.sc, self.sharder, self.state_shardings["params"],
+                          packed=packed))
+    return _COMPILED[fkey]
 
   def put(self, mb: dict) -> dict:
-    """[M, ...] numpy mini-batch -> [K, m, ...] device arrays with the batch shardings."""
-    sh = batch_shardings(self.sharder)
+    """[M, ...] numpy mini-batch -> [K, m, ...] device arrays with the batch shardings (fields
+    the step does not read, e.g. the host-only `length`, stay behind)."""
+    sh = batch_shardings(self.sharder, is_packed(mb))
     # Every process holds the whole batch and hands each of its devices its own slice (works
     # on one host and on several).
+    micro = to_micro({k: mb[k] for k in sh}, self.sc.micro_batch_size)
     return {k: jax.make_array_from_callback(v.shape, sh[k], lambda idx, v=v: v[idx])
-            for k, v in to_micro(mb, self.sc.micro_batch_size).items()}
+            for k, v in micro.items()}
 
   def logprobs(self, batch: dict) -> np.ndarray:
-    """Aligned log-probs [N, T] of `batch["tokens"]` under the current policy."""
+    """Aligned log-probs [N, T] of `batch["tokens"]` under the current policy (a padded or a
+    packed batch)."""
     n = batch["tokens"].shape[0]
     m = self.sc.micro_batch_size
+    packed = is_packed(batch)
     padded = batch_lib.pad_rows(batch, int(math.ceil(max(n, 1) / m)) * m)
-    tok = self.put(padded)["tokens"]
-    out = np.asarray(jax.device_get(self._logprob(self.state["params"], tok)))
+    dev = self.put(padded)
+    inputs = {k: dev[k] for k in ("tokens",) + (PACKED_INPUTS if packed else ())}
+    out = np.asarray(jax.device_get(self._fns(packed)[1](self.state["params"], inputs)))
     return out.reshape(-1, out.shape[-1])[:n]
+
+  def pack_len(self, batch: dict) -> int:
+    """Tokens per packed row: rl.pack_len, or the padded layout's row length when 0."""
+    return int(self.rl.pack_len) or int(batch["tokens"].shape[1])
+
+  def mini_batches(self, batch: dict, k: int, seed: Optional[int]) -> list[dict]:
+    """The update's `k` mini-batches in the step's layout, all with one row count.
+
+    Prompts are dealt to mini-batches as in the padded layout (a prompt's rows stay together);
+    with rl.pack each mini-batch's trajectories are then packed (`ssp_jax.rl.pack`), its rows
+    padded to a power-of-two number of micro-batches (few compiled shapes; the empty ones are
+    skipped in the step). Sets `self.pack_stats`, one dict per mini-batch: fill_rate (real
+    tokens / positions of the micro-batches that run), row_fill (real / packed rows' positions),
+    rows, real_tokens, segments_per_row.
+    """
+    m = self.sc.micro_batch_size
+    parts = batch_lib.split_mini_batches(batch, k, row_multiple=m, seed=seed)
+    self.pack_stats = []
+    if not self.rl.pack:
+      return parts
+    row_len = self.pack_len(batch)
+    packed = []
+    for part in parts:
+      pb, _, stats = pack_lib.pack_batch(part, row_len, max_segments=self.sc.max_segments)
+      # fill of what the step computes: rows come in whole micro-batches
+      computed = -(-int(stats["rows"]) // m) * m * row_len
+      stats = dict(stats, row_fill=stats["fill_rate"], fill_rate=stats["real_tokens"] / computed)
+      packed.append(pb)
+      self.pack_stats.append(stats)
+    rows = pack_lib.micro_batches_bucket(max(p["tokens"].shape[0] for p in packed), m)
+    return [batch_lib.pad_rows(p, rows) for p in packed]
 
   def update(self, batch: dict, *, num_prompts: Optional[int] = None,
              num_mini_batches: Optional[int] = None,
@@ -343,27 +436,33 @@ class Learner:
     roles = np.unique(batch["role"])
     if roles.size and (roles.min() < 0 or roles.max() >= len(ROLES)):
       raise ValueError(f"batch roles {roles.tolist()} outside 0..{len(ROLES) - 1} ({ROLES})")
-    if self.rl.recompute_old_logp:
-      batch["old_logp"] = np.where(batch["loss_mask"] > 0, self.logprobs(batch), 0.0)
     prompts = np.unique(batch["prompt"][batch["prompt"] >= 0]).size
     k = num_mini_batches or batch_lib.num_mini_batches(num_prompts or prompts,
                                                        self.rl.mini_batch_size)
     step = int(jax.device_get(self.state["step"]))
     seed = self.rl.seed * 1_000_003 + step if self.rl.shuffle_mini_batches else None
+    mbs = self.mini_batches(batch, k, seed)
+    if self.rl.recompute_old_logp:    # all with the policy before this call's first step
+      for mb in mbs:
+        mb["old_logp"] = np.where(mb["loss_mask"] > 0, self.logprobs(mb), 0.0)
     lr_fn = ts.lr_schedule(self.rl.lr, self.rl.warmup_steps)
     count0 = self._schedule_count()
     out, lrs = [], []
-    for i, mb in enumerate(batch_lib.split_mini_batches(
-        batch, k, row_multiple=self.sc.micro_batch_size, seed=seed)):
+    for i, mb in enumerate(mbs):
       if lr_once:
         self._set_schedule_count(count0)
       lrs.append(float(lr_fn(count0 if lr_once else count0 + i)))
-      self.state, metrics = self._step(self.state, self.ref_params, self.put(mb))
+      step_fn = self._fns(is_packed(mb))[0]
+      self.state, metrics = step_fn(self.state, self.ref_params, self.put(mb))
       out.append(metrics)
     if lr_once and out:
       self._set_schedule_count(count0 + 1)
-    return [dict({k: float(v) for k, v in jax.device_get(m).items()}, lr=lr)
-            for m, lr in zip(out, lrs)]
+    out = [dict({k: float(v) for k, v in jax.device_get(m).items()}, lr=lr)
+           for m, lr in zip(out, lrs)]
+    for m, stats in zip(out, self.pack_stats):
+      m.update({f"pack/{k}": v for k, v in stats.items()
+                if k in ("fill_rate", "row_fill", "rows", "segments_per_row")})
+    return out
 
   def update_by_role(self, batch: dict, *, order: tuple[int, ...] = (0, 1),
                      rows_per_mini_batch: Optional[int] = None) -> dict[str, list[dict]]:

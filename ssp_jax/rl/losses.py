@@ -47,40 +47,66 @@ def kl_k3(logp_NT: jax.Array, ref_logp_NT: jax.Array) -> jax.Array:
 
 
 # --------------------------------------------------------------------------------------------
-# Aggregations as per-token weights. Fully masked rows get weight 0 and are not counted.
+# Aggregations as per-token weights. A "sequence" is one trajectory: a row of a padded batch,
+# or one segment of a packed row. `seq_tokens_NT` holds, on every token, the number of loss
+# tokens of the sequence that token belongs to (default: its row's count, the padded layout),
+# so the same formulas serve both layouts. Sequences without loss tokens are not counted.
 # --------------------------------------------------------------------------------------------
+def row_seq_tokens(mask_NT: jax.Array) -> jax.Array:
+  """seq_tokens of the padded layout (one sequence per row): the row's loss-token count."""
+  m = mask_NT.astype(jnp.float32)
+  return jnp.broadcast_to(m.sum(axis=-1, keepdims=True), m.shape)
+
+
+def _per_seq(mask_NT, seq_tokens_NT):
+  """(mask as float, 1 / own sequence's loss-token count on loss tokens, number of sequences)."""
+  m = mask_NT.astype(jnp.float32)
+  st = row_seq_tokens(m) if seq_tokens_NT is None else seq_tokens_NT.astype(jnp.float32)
+  inv = m / jnp.maximum(st, 1.0)
+  # Each sequence's loss tokens sum to exactly 1 in `inv`; rounding removes float drift.
+  n_seq = jnp.maximum(jnp.round(inv.sum()), 1.0)
+  return m, inv, n_seq
+
+
 @LOSS_AGGREGATIONS.register("token-mean")
-def token_mean_weights(mask_NT: jax.Array) -> jax.Array:
-  """Mean over all unmasked tokens of the batch."""
+def token_mean_weights(mask_NT: jax.Array, seq_tokens_NT: Optional[jax.Array] = None) -> jax.Array:
+  """Mean over all unmasked tokens of the batch (veRL token-mean)."""
+  del seq_tokens_NT
   m = mask_NT.astype(jnp.float32)
   return m / jnp.maximum(m.sum(), 1.0)
 
 
 @LOSS_AGGREGATIONS.register("seq-mean-token-mean")
-def seq_mean_token_mean_weights(mask_NT: jax.Array) -> jax.Array:
-  """Mean over non-empty sequences of each sequence's token mean."""
-  m = mask_NT.astype(jnp.float32)
-  count_N = m.sum(axis=-1)
-  rows = jnp.maximum((count_N > 0).sum(), 1).astype(jnp.float32)
-  return m / jnp.maximum(count_N, 1.0)[..., None] / rows
+def seq_mean_token_mean_weights(mask_NT: jax.Array,
+                                seq_tokens_NT: Optional[jax.Array] = None) -> jax.Array:
+  """Mean over sequences with loss tokens of each sequence's token mean (veRL
+  seq-mean-token-mean)."""
+  _, inv, n_seq = _per_seq(mask_NT, seq_tokens_NT)
+  return inv / n_seq
 
 
 @LOSS_AGGREGATIONS.register("seq-mean-token-sum")
-def seq_mean_token_sum_weights(mask_NT: jax.Array) -> jax.Array:
-  """Mean over non-empty sequences of each sequence's token sum."""
-  m = mask_NT.astype(jnp.float32)
-  rows = jnp.maximum((m.sum(axis=-1) > 0).sum(), 1).astype(jnp.float32)
-  return m / rows
+def seq_mean_token_sum_weights(mask_NT: jax.Array,
+                               seq_tokens_NT: Optional[jax.Array] = None) -> jax.Array:
+  """Mean over sequences with loss tokens of each sequence's token sum."""
+  m, _, n_seq = _per_seq(mask_NT, seq_tokens_NT)
+  return m / n_seq
 
 
 def aggregation_weights(mask_NT: jax.Array, agg: str,
-                        row_weights_N: Optional[jax.Array] = None) -> jax.Array:
-  """Per-token weights [..., T] of aggregation `agg`, times optional per-row loss weights.
+                        row_weights_N: Optional[jax.Array] = None,
+                        seq_tokens_NT: Optional[jax.Array] = None) -> jax.Array:
+  """Per-token weights [..., T] of aggregation `agg`, times optional per-sequence loss weights.
 
-  Leading dims are all rows (e.g. [micro-batches, rows, T]); T is the last axis."""
-  w_NT = LOSS_AGGREGATIONS.get(agg)(mask_NT)
+  Leading dims are all rows (e.g. [micro-batches, rows, T]); T is the last axis.
+  row_weights_N: [...] one weight per row, or [..., T] one per token (packed rows, where each
+    token carries its own sequence's weight).
+  seq_tokens_NT: see `row_seq_tokens`; give it for packed rows.
+  """
+  w_NT = LOSS_AGGREGATIONS.get(agg)(mask_NT, seq_tokens_NT)
   if row_weights_N is not None:
-    w_NT = w_NT * row_weights_N.astype(jnp.float32)[..., None]
+    rw = row_weights_N.astype(jnp.float32)
+    w_NT = w_NT * (rw if rw.ndim == w_NT.ndim else rw[..., None])
   return w_NT
 
 
@@ -92,7 +118,8 @@ def ppo_token_losses(logp_NT, old_logp_NT, adv_N, *, clip_low: float, clip_high:
   """Per-token clipped surrogate (to minimise) and clip indicators, all [N, T]."""
   log_ratio = jnp.clip(logp_NT - old_logp_NT, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
   ratio = jnp.exp(log_ratio)
-  adv = adv_N.astype(jnp.float32)[..., None]
+  adv = adv_N.astype(jnp.float32)
+  adv = adv if adv.ndim == logp_NT.ndim else adv[..., None]
   loss1 = -adv * ratio
   loss2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
   clipped = jnp.maximum(loss1, loss2)
@@ -122,7 +149,11 @@ def weighted_policy_loss(logp_NT, old_logp_NT, ref_logp_NT, adv_N, mask_NT, loss
   old = jnp.where(keep, old_logp_NT.astype(jnp.float32), zero)
   # A fully masked row's advantage is never read (a NaN there changes nothing); a NaN
   # advantage on a row with loss tokens makes the loss NaN and the learner skips the update.
-  adv_N = jnp.where(jnp.any(keep, axis=-1), adv_N, 0.0)
+  # Packed rows carry one advantage per token ([N, T], its segment's), masked the same way.
+  if adv_N.ndim == logp_NT.ndim:
+    adv_N = jnp.where(keep, adv_N, 0.0)
+  else:
+    adv_N = jnp.where(jnp.any(keep, axis=-1), adv_N, 0.0)
   wsum = lambda w, x: jnp.sum(jnp.where(keep, w * x, 0.0))
   terms = ppo_token_losses(logp, old, adv_N, clip_low=clip_low, clip_high=clip_high,
                            dual_clip=dual_clip)
@@ -150,20 +181,24 @@ def policy_loss(logp: Any, old_logp: Any, ref_logp: Any, advantages: Any, mask: 
                 clip_low: float = 0.2, clip_high: float = 0.285,
                 dual_clip: Optional[float] = 3.0, kl_coef: float = 0.01, kl_type: str = "k3",
                 agg: str = "token-mean", entropy: Any = None, entropy_coef: float = 0.0,
-                row_weights: Any = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+                row_weights: Any = None,
+                seq_tokens: Any = None) -> tuple[jax.Array, dict[str, jax.Array]]:
   """PPO-clip policy loss with dual clip and a KL term, aggregated by `agg`.
 
   Args:
     logp, old_logp, ref_logp: [N, T] log-probs of the sampled tokens under the current,
       behaviour and reference policies (`ref_logp` may be None when kl_coef == 0).
-    advantages: [N] one advantage per sequence (broadcast over its tokens).
+    advantages: [N] one advantage per row (broadcast over its tokens), or [N, T] one per token
+      (packed rows: each token carries its segment's advantage).
     mask: [N, T] 1 on tokens that count, 0 elsewhere.
     clip_low, clip_high: ratio clipped to [1 - clip_low, 1 + clip_high].
     dual_clip: c > 1 bounds the loss of negative-advantage tokens by -A * c (None: off).
     kl_coef, kl_type: weight and estimator ("k1"/"kl", "k2"/"mse", "k3"/"low_var_kl").
     agg: "token-mean", "seq-mean-token-mean" or "seq-mean-token-sum".
     entropy: optional [N, T] per-token entropy (logged; subtracted with entropy_coef).
-    row_weights: optional [N] per-sequence loss weight (e.g. per role).
+    row_weights: optional [N] per-row (or [N, T] per-token) loss weight (e.g. per role).
+    seq_tokens: optional [N, T] loss-token count of each token's sequence (packed rows, see
+      `row_seq_tokens`); default: one sequence per row.
   Returns:
     (scalar loss, metrics dict of scalars: loss, pg_loss, kl_loss, clipfrac, clipfrac_lower,
     ppo_kl, entropy; clip/kl/entropy metrics are token-means over the mask).
@@ -173,7 +208,8 @@ def policy_loss(logp: Any, old_logp: Any, ref_logp: Any, advantages: Any, mask: 
   if logp_NT.ndim != 2 or mask_NT.shape != logp_NT.shape:
     raise ValueError(f"logp {logp_NT.shape} and mask {mask_NT.shape} must be [N, T]")
   loss_w = aggregation_weights(mask_NT, agg, None if row_weights is None
-                               else jnp.asarray(row_weights))
+                               else jnp.asarray(row_weights),
+                               None if seq_tokens is None else jnp.asarray(seq_tokens))
   metric_w = token_mean_weights(mask_NT)
   return weighted_policy_loss(
       logp_NT, jnp.asarray(old_logp), None if ref_logp is None else jnp.asarray(ref_logp),

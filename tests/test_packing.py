@@ -1,0 +1,229 @@
+"""Sequence packing: the packer, attention per segment, packed == padded (log-probs, loss,
+gradients) for every loss aggregation, and the learner's packed update (CPU, tiny model)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+from models import layers
+from ssp_jax.rl import batch as batch_lib
+from ssp_jax.rl import learner as learner_lib
+from ssp_jax.rl import losses
+from ssp_jax.rl import pack as pack_lib
+from ssp_jax.types import Trajectory
+
+from rl_helpers import CFG, rl_cfg  # noqa: E402
+
+
+def _trajs(lengths, seed=0):
+  """Trajectories of the given response lengths, prompts of 3..5 tokens, an observation chunk
+  (mask 0) inside every response longer than 8."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for i, n in enumerate(lengths):
+    p = list(rng.integers(1, 64, 3 + i % 3))
+    r = list(rng.integers(1, 64, n))
+    mask = [1] * n
+    if n > 8:
+      mask[3:6] = [0, 0, 0]
+    out.append(Trajectory(prompt_ids=p, response_ids=r, loss_mask=mask,
+                          logprobs=list(-rng.random(n))))
+  return out
+
+
+def _batch(lengths, seed=0, bucket=8):
+  n = len(lengths)
+  rng = np.random.default_rng(seed + 1)
+  roles = [0] + [1] * (n - 1)
+  prompt = [0] + [1 + (i - 1) // 3 for i in range(1, n)]   # groups of 3 solver rows
+  return batch_lib.make_batch(_trajs(lengths, seed), rng.normal(size=n), roles,
+                              prompt_index=prompt, bucket=bucket)
+
+
+LENGTHS = [40, 6, 12, 3, 25, 9, 4, 30, 7, 5]
+
+
+# ---------------------------------------------------------------------------- the packer
+def test_first_fit_decreasing_hand_case():
+  # row 0: 7 + 3; row 1: 6 + 4; row 2: 5 + 2 (the 2 does not fit the full rows 0 and 1)
+  assert pack_lib.first_fit_decreasing([3, 7, 2, 6, 4, 5], 10, 8) == [[1, 0], [3, 4], [5, 2]]
+  assert pack_lib.first_fit_decreasing([1, 1, 1], 10, 2) == [[0, 1], [2]]   # max_segments
+  with pytest.raises(ValueError, match="row_len"):
+    pack_lib.first_fit_decreasing([11], 10, 8)
+
+
+def test_packer_keeps_prompt_groups_together_and_never_splits_a_trajectory():
+  b = _batch(LENGTHS)
+  parts = batch_lib.split_mini_batches(b, 2, row_multiple=2)
+  seen_prompts = []
+  for part in parts:
+    pb, placements, stats = pack_lib.pack_batch(part, 48, max_segments=4)
+    real = part["prompt"] >= 0
+    assert sorted(p.source for p in placements) == list(np.flatnonzero(real))
+    seen_prompts.append(set(part["prompt"][real]))
+    for p in placements:
+      n = int(part["length"][p.source])
+      assert p.length == n                               # whole, never split
+      row = slice(p.start, p.start + n)
+      np.testing.assert_array_equal(pb["tokens"][p.row, row], part["tokens"][p.source, :n])
+      np.testing.assert_array_equal(pb["positions"][p.row, row], np.arange(n))
+      assert len(set(pb["segment_ids"][p.row, row])) == 1
+      assert pb["seq_tokens"][p.row, p.start] == part["loss_mask"][p.source].sum()
+      assert np.all(pb["advantages"][p.row, row] == part["advantages"][p.source])
+    # segments numbered 1.. in order along each row, padding (0) only after the last one
+    for seg in pb["segment_ids"]:
+      used = seg[seg > 0]
+      assert np.all(np.diff(used) >= 0) and used[0] == 1 and np.all(np.diff(np.unique(used)) == 1)
+      assert np.all(seg[len(used):] == 0)
+    assert pb["tokens"].shape[0] < real.sum()             # fewer rows than trajectories
+    assert stats["fill_rate"] == pytest.approx(
+        part["length"][real].sum() / (pb["tokens"].shape[0] * 48))
+    assert (pb["loss_mask"].sum() == part["loss_mask"].sum())
+  assert not (seen_prompts[0] & seen_prompts[1])          # a prompt's group in one mini-batch
+
+
+def test_packing_needs_the_lengths():
+  b = _batch(LENGTHS)
+  del b["length"]
+  with pytest.raises(ValueError, match="length"):
+    pack_lib.pack_batch(b, 64)
+
+
+def test_micro_batch_bucket_is_a_power_of_two():
+  assert [pack_lib.micro_batches_bucket(r, 2) for r in (1, 2, 3, 5, 9)] == [2, 2, 4, 8, 16]
+
+
+# ---------------------------------------------------------------------------- attention
+def test_segment_seqlens_offsets_hand_values():
+  seg = jnp.array([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 1, 1]], jnp.int32)
+  seqlen, offsets = layers.segment_seqlens_offsets(seg, 3)
+  np.testing.assert_array_equal(seqlen, [[3, 2, -1], [6, -1, -1]])
+  np.testing.assert_array_equal(offsets, [[0, 3, -1, -1], [0, -1, -1, -1]])
+
+
+@pytest.mark.parametrize("attn_impl", ["xla", "auto"])   # einsum + mask; jax.nn with the mask
+def test_no_attention_across_segments(attn_impl):
+  params = models.init_params(CFG, jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  seg = np.array([[1] * 5 + [2] * 6 + [3] * 4 + [0] * 1], np.int32)
+  pos = np.array([list(range(5)) + list(range(6)) + list(range(4)) + [0]], np.int32)
+  tok = rng.integers(1, 64, seg.shape).astype(np.int32)
+  tok2 = tok.copy()
+  tok2[0, 5:11] = rng.integers(1, 64, 6)                  # another segment 2
+  f = jax.jit(lambda t: models.hidden_states(CFG, params, t, positions_BT=jnp.asarray(pos),
+                                             segment_ids_BT=jnp.asarray(seg),
+                                             attn_impl=attn_impl, max_segments=4))
+  h1, h2 = np.asarray(f(tok)), np.asarray(f(tok2))
+  np.testing.assert_array_equal(h1[0, :5], h2[0, :5])           # segments 1 and 3 unchanged
+  np.testing.assert_array_equal(h1[0, 11:15], h2[0, 11:15])
+  assert not np.allclose(h1[0, 5:11], h2[0, 5:11])
+  # and a segment sees exactly what it would see alone in its own row
+  alone = models.hidden_states(CFG, params, jnp.asarray(tok[:, 11:15]))
+  np.testing.assert_allclose(h1[0, 11:15], np.asarray(alone)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(jax.devices()[0].platform != "gpu", reason="cuDNN packed attention: GPU")
+def test_cudnn_packed_attention_matches_the_masked_one():
+  rng = np.random.default_rng(0)
+  B, T, N, K, H = 2, 256, 4, 2, 64
+  q, k, v = (jnp.asarray(rng.normal(size=(B, T, n, H)), jnp.bfloat16) for n in (N, K, K))
+  seg = np.zeros((B, T), np.int32)
+  pos = np.zeros((B, T), np.int32)
+  for b, lens in enumerate([(100, 60, 80), (200, 40)]):
+    c = 0
+    for j, n in enumerate(lens):
+      seg[b, c:c + n], pos[b, c:c + n] = j + 1, np.arange(n)
+      c += n
+  seg, pos = jnp.asarray(seg), jnp.asarray(pos)
+
+  def run(impl):
+    def f(q, k, v):
+      out = layers.fused_segment_attention(q, k, v, seg, pos, impl, 4)
+      return jnp.sum(jnp.where((seg > 0)[:, :, None, None], out, 0).astype(jnp.float32) ** 2), out
+    (_, out), g = jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    return out, g
+
+  (o1, g1), (o2, g2) = run("cudnn"), run("xla")
+  live = np.asarray(seg > 0)
+  np.testing.assert_allclose(np.asarray(o1, np.float32)[live], np.asarray(o2, np.float32)[live],
+                             atol=2e-2, rtol=2e-2)
+  for a, c in zip(g1, g2):
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(c, np.float32),
+                               atol=5e-2, rtol=5e-2)
+
+
+# ---------------------------------------------------------------------------- packed == padded
+def _padded_and_packed(agg, row_len=48):
+  """One mini-batch in both layouts, micro-batched [K, 2, ...] for `accumulate_grads`."""
+  b = _batch(LENGTHS)
+  padded = batch_lib.pad_rows(b, 10)
+  pb, placements, _ = pack_lib.pack_batch(b, row_len, max_segments=8)
+  pb = batch_lib.pad_rows(pb, pack_lib.micro_batches_bucket(pb["tokens"].shape[0], 2))
+  sc = learner_lib.StepConfig(compute_dtype="float32", logprob_chunk=8, loss_agg=agg,
+                              kl_coef=0.1, role_weights=(0.7, 1.3), micro_batch_size=2,
+                              remat="none", entropy_coef=0.01)
+  return b, padded, pb, placements, sc
+
+
+def test_packed_and_padded_log_probs_are_equal():
+  params = models.init_params(CFG, jax.random.PRNGKey(3))
+  b, padded, pb, placements, sc = _padded_and_packed("token-mean")
+  f = jax.jit(lambda p, t, s, q: learner_lib.sequence_logprobs(
+      CFG, p, t, sc, segment_ids_BT=s, positions_BT=q))
+  lp_packed, ent_packed = f(params, pb["tokens"], pb["segment_ids"], pb["positions"])
+  lp_pad, ent_pad = jax.jit(lambda p, t: learner_lib.sequence_logprobs(CFG, p, t, sc))(
+      params, padded["tokens"])
+  T = b["tokens"].shape[1]
+  back = pack_lib.unpack(np.asarray(lp_packed), placements, (10, T))
+  ent_back = pack_lib.unpack(np.asarray(ent_packed), placements, (10, T))
+  # every scored position (index >= 1 inside a trajectory) agrees
+  scored = (np.arange(T)[None] >= 1) & (np.arange(T)[None] < b["length"][:, None])
+  np.testing.assert_allclose(back[scored], np.asarray(lp_pad)[:10][scored], atol=2e-5)
+  np.testing.assert_allclose(ent_back[scored], np.asarray(ent_pad)[:10][scored], atol=2e-5)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_packed_and_padded_loss_and_gradients_are_equal(agg):
+  params = models.init_params(CFG, jax.random.PRNGKey(4))
+  ref = models.init_params(CFG, jax.random.PRNGKey(5))
+  b, padded, pb, _, sc = _padded_and_packed(agg)
+  # an off-policy behaviour so the ratio, clipping and KL all take part
+  rng = np.random.default_rng(6)
+  padded["old_logp"] = np.where(padded["loss_mask"] > 0,
+                                padded["old_logp"] - 0.3 * rng.random(padded["old_logp"].shape),
+                                0.0).astype(np.float32)
+  pb2, _, _ = pack_lib.pack_batch(padded, 48, max_segments=8)
+  pb = batch_lib.pad_rows(pb2, pb["tokens"].shape[0])
+
+  def grads(mb):
+    mb = {k: jnp.asarray(v) for k, v in learner_lib.to_micro(mb, 2).items()}
+    return jax.jit(lambda p, r, m: learner_lib.accumulate_grads(p, r, m, CFG, sc, None, None))(
+        params, ref, mb)
+
+  g_pad, m_pad = grads({k: padded[k] for k in
+                        ("tokens", "loss_mask", "old_logp", "advantages", "role", "prompt")})
+  g_pk, m_pk = grads(pb)
+  for k in m_pad:
+    assert float(m_pk[k]) == pytest.approx(float(m_pad[k]), rel=1e-4, abs=1e-6), k
+  assert float(m_pad["loss"]) != 0.0
+  for a, c in zip(jax.tree.leaves(g_pad), jax.tree.leaves(g_pk)):
+    np.testing.assert_allclose(np.asarray(c), np.asarray(a), rtol=2e-4, atol=2e-6)
+
+
+def test_learner_packed_update_matches_padded_and_reports_fill_rate():
+  b = _batch(LENGTHS)
+  out = {}
+  for pack in (False, True):
+    learner = learner_lib.Learner(CFG, rl_cfg(pack=pack, pack_len=64, mini_batch_size=2,
+                                              seed=1))
+    out[pack] = (learner.update(b), None)
+  (m_pad, _), (m_pk, _) = out[False], out[True]
+  assert len(m_pad) == len(m_pk) == 2
+  # the first update is on-policy: old log-probs recomputed in the packed layout equal the
+  # step's own; the second sees the moved policy in both layouts alike
+  assert m_pk[0]["ppo_kl"] == 0.0 and m_pk[1]["ppo_kl"] != 0.0
+  for a, c in zip(m_pad, m_pk):
+    for k in ("loss", "pg_loss", "kl_loss", "grad_norm", "entropy", "loss_tokens"):
+      assert c[k] == pytest.approx(a[k], rel=2e-4, abs=1e-6), k
+    assert 0.5 < c["pack/fill_rate"] <= 1.0 and "pack/fill_rate" not in a
