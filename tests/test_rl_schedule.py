@@ -24,17 +24,18 @@ def ssp_batch():
 
 
 class RecordingLearner(Learner):
-  """The real learner; remembers every old-log-prob pass it ran."""
+  """The real learner; remembers every old-log-prob pass it ran (one per mini-batch) with the
+  number of optimizer steps taken before it."""
   seen: list
 
   def logprobs(self, batch):
     out = super().logprobs(batch)
-    self.seen.append(out)
+    self.seen.append((int(self.state["step"]), out))
     return out
 
 
-def make(cls=Learner):
-  learner = cls(CFG, rl_cfg(mini_batch_size=2, lr=LR, warmup_steps=WARMUP))
+def make(cls=Learner, **kw):
+  learner = cls(CFG, rl_cfg(mini_batch_size=2, lr=LR, warmup_steps=WARMUP, **kw))
   learner.seen = []
   return learner
 
@@ -70,27 +71,29 @@ def test_optimizer_steps_per_role_and_lr_once_per_call():
 
 def test_solver_old_logprobs_come_after_the_proposer_update():
   batch = ssp_batch()
-  seq = make(RecordingLearner)
+  # padded layout, so that a pass's rows are the mini-batch's rows in order
+  seq = make(RecordingLearner, pack=False)
   initial = seq.logprobs(batch)
   seq.seen.clear()
   ups = run_updates(seq, batch, "proposer_then_solver")
-  assert len(seq.seen) == 2              # one old-log-prob pass per role call
-  solver_old = seq.seen[1]
-  # the same proposer update on a fresh learner, then the solver rows' log-probs
-  ref = make()
+  # one pass per mini-batch: the proposer's before any step, both solver ones after its step
+  assert [step for step, _ in seq.seen] == [0, 1, 1]
+  solver_old = seq.seen[1][1]            # solver mini-batch 1: its first 2 prompts (4 rows)
+  ref = make(pack=False)                 # the same proposer update on a fresh learner
   ref.update(rows(batch, 0), num_mini_batches=1, lr_once=True)
-  expect = ref.logprobs(rows(batch, 1))
-  mask = rows(batch, 1)["loss_mask"] > 0
-  np.testing.assert_allclose(solver_old[mask], expect[mask], atol=1e-5)
+  solver_rows = rows(batch, 1)
+  first = batch_lib.take_rows(solver_rows, np.arange(4))
+  expect = ref.logprobs(first)
+  mask = first["loss_mask"] > 0
+  np.testing.assert_allclose(solver_old[:4][mask], expect[mask], atol=1e-5)
   # ... which differ from the log-probs before any update (the weights moved)
-  before = initial[batch["role"] == 1]
-  assert np.abs(solver_old[mask] - before[mask]).max() > 1e-3
+  before = initial[batch["role"] == 1][:4]
+  assert np.abs(solver_old[:4][mask] - before[mask]).max() > 1e-3
   # so the solver's first update is on-policy (ratio 1): no policy drift
   assert abs(ups[1]["ppo_kl"]) < 1e-6 and ups[1]["clipfrac"] == 0.0
 
   fused = make(RecordingLearner)
   ups = run_updates(fused, batch, "fused")
-  assert len(fused.seen) == 1              # one pass before the 4 steps
-  np.testing.assert_allclose(fused.seen[0][batch["role"] == 1][mask], before[mask], atol=1e-5)
+  assert [step for step, _ in fused.seen] == [0] * 4   # all passes before the 4 steps
   # fused: the solver's first mini-batch (update 3) starts two updates off-policy
   assert abs(ups[2]["ppo_kl"]) > 1e-4
