@@ -67,14 +67,16 @@ def gather_attention(q_BKGH: jax.Array, kp_KPTH: jax.Array, vp_KPTH: jax.Array,
 
 def pallas_attention(q_BKGH: jax.Array, kp_KPTH: jax.Array, vp_KPTH: jax.Array,
                      table_BC: jax.Array, len_B: jax.Array, interpret: bool = False) -> jax.Array:
-  """JAX's Pallas GPU paged-attention kernel (reads only each row's first len_B slots)."""
+  """JAX's Pallas GPU paged-attention kernel (reads only each row's first len_B slots). The kernel
+  does not scale the logits, so q is scaled here; its C table columns are split into k_splits
+  partitions (a divisor of C) of compute blocks of up to 8 pages."""
   from jax.experimental.pallas.ops.gpu import paged_attention as pa
   B, K, G, H = q_BKGH.shape
   C = table_BC.shape[1]
-  per_block = math.gcd(C, 8)   # the kernel splits the C columns into compute blocks
-  out = pa.paged_attention(q_BKGH.reshape(B, K * G, H), kp_KPTH, vp_KPTH, table_BC,
-                           len_B.astype(jnp.int32), pages_per_compute_block=per_block,
-                           k_splits=max(1, min(16, C // per_block)), interpret=interpret)
+  q = (q_BKGH.astype(jnp.float32) / math.sqrt(H)).astype(kp_KPTH.dtype).reshape(B, K * G, H)
+  out = pa.paged_attention(q, kp_KPTH, vp_KPTH, table_BC, len_B.astype(jnp.int32),
+                           pages_per_compute_block=8, k_splits=math.gcd(C, 16),
+                           interpret=interpret)
   return out.reshape(B, K, G, H).astype(q_BKGH.dtype)
 
 
