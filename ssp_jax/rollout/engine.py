@@ -88,10 +88,12 @@ class RolloutEngine:
   def generate(self, params, prompts: Sequence[Prompt], rng: jax.Array, *,
                stop: Optional[Sequence[str]] = None, use_search: Optional[bool] = None,
                temperature: Optional[float] = None, top_p: Optional[float] = None,
-               top_k: Optional[int] = None, max_new_tokens: Optional[int] = None,
+               top_k: Optional[int] = None,
+               max_new_tokens: Optional[int | Sequence[int]] = None,
                metas: Optional[Sequence[dict]] = None) -> list[Trajectory]:
     """One Trajectory per prompt, in order. Prompts are raw strings, chat message lists or
-    token-id lists; None arguments (and max_new_tokens=0) take the rollout config's values."""
+    token-id lists; None arguments (and max_new_tokens=0) take the rollout config's values.
+    max_new_tokens may also be one budget per prompt (a sequence as long as `prompts`)."""
     c = self.cfg
     run = _Run(
         stops=tuple(c.stop if stop is None else stop),
@@ -99,15 +101,23 @@ class RolloutEngine:
         sampling=S.SamplingParams(
             float(c.temperature if temperature is None else temperature),
             float(c.top_p if top_p is None else top_p), int(c.top_k if top_k is None else top_k)),
-        max_new=int(max_new_tokens or c.max_response_tokens))   # None / 0: the config's
-    if run.max_new < 0:
-      raise ValueError(f"max_new_tokens must be positive, got {run.max_new}")
+        max_new=0)
+    if isinstance(max_new_tokens, (list, tuple, np.ndarray)):
+      if len(max_new_tokens) != len(prompts):
+        raise ValueError(f"max_new_tokens has {len(max_new_tokens)} budgets for "
+                         f"{len(prompts)} prompts; give one per prompt or a single int")
+      budgets = [int(m or c.max_response_tokens) for m in max_new_tokens]
+    else:
+      budgets = [int(max_new_tokens or c.max_response_tokens)] * len(prompts)  # None / 0: config
+    if any(m < 0 for m in budgets):
+      raise ValueError(f"max_new_tokens must be positive, got {min(budgets)}")
+    run.max_new = max(budgets, default=0)
     queue = collections.deque()
     for i, p in enumerate(prompts):
       ids, truncated = self._prompt_ids(p)
       meta = dict(metas[i]) if metas else {}
       meta["prompt_truncated"] = truncated
-      queue.append(_Row(i, ids, run.max_new, list(ids), meta=meta,
+      queue.append(_Row(i, ids, budgets[i], list(ids), meta=meta,
                         open_prefix=self._open_prefix(ids)))
     params = jax.tree.map(  # cast once, not on every decode step
         lambda x: x.astype(self.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
