@@ -261,9 +261,8 @@ def tunix_peer(name, cfg, B, P, N, dtype, repeats):
                                                   num_kv_heads=cfg.num_kv_heads,
                                                   head_dim=cfg.head_dim))
   texts = [str(i) for i in range(B)]
-  call = lambda: jax.block_until_ready(sampler(
-      texts, max_generation_steps=N, max_prompt_length=P, temperature=1.0, top_p=1.0,
-      eos_tokens=[-1], seed=0).tokens)
+  call = lambda: sampler(texts, max_generation_steps=N, max_prompt_length=P, temperature=1.0,
+                         top_p=1.0, eos_tokens=[-1], seed=0)   # returns host tokens (synced)
   call()   # compile
   best = min(_timed(call) for _ in range(repeats))
   return round(B * N / best, 1)
@@ -275,12 +274,13 @@ def _timed(fn):
   return time.perf_counter() - t0
 
 
-def _tunix_available() -> bool:
+def _tunix_import_error() -> str:
+  """'' when tunix's sampler imports, else why not."""
   try:
     import tunix.generate.sampler  # noqa: F401
-    return True
-  except Exception:   # absent, or its dependencies are
-    return False
+    return ""
+  except Exception as e:   # absent, or one of its dependencies is
+    return f"{type(e).__name__}: {e}"
 
 
 def main(argv=None) -> int:
@@ -321,7 +321,15 @@ def main(argv=None) -> int:
   for lay in layouts:
     if lay not in ("dense", "paged"):
       p.error(f"--kv-layout {lay!r}: use dense, paged or both (comma list)")
-  peer = a.peer == "tunix" or (a.peer == "auto" and _tunix_available())
+  if a.peer not in ("auto", "tunix", "none"):
+    p.error(f"--peer {a.peer!r}: use auto, tunix or none")
+  why = _tunix_import_error() if a.peer != "none" else "--peer none"
+  if a.peer == "tunix" and why:
+    p.error(f"--peer tunix: cannot import tunix ({why}); put tunix's source and its "
+            f"dependencies on PYTHONPATH, or use --peer none")
+  peer = not why
+  if a.peer == "auto" and why:
+    print(f"sampler.py: no tunix peer ({why})", file=sys.stderr)
   dtype = jnp.dtype(a.dtype)
   if a.tiny:
     shapes, batches, a.new_tokens, a.mt_max_new, a.mt_max_obs = [("tiny", TINY)], [8], 32, 96, 24
