@@ -141,8 +141,12 @@ def _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens):
   return RolloutEngine(cfg, SyntheticTokenizer(cfg.vocab_size), rc, SmallBM25Retriever())
 
 
+WARMUP = True   # --warmup: an untimed identical run first, so the timed one compiles nothing
+
+
 def _timed_generate(eng, params, prompts, budgets):
-  eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)  # compile every shape
+  if WARMUP:
+    eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
   t0 = time.perf_counter()
   trajs = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
   wall = time.perf_counter() - t0
@@ -283,6 +287,19 @@ def _tunix_import_error() -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def _report(name, bench, layout, run, cfg, dtype):
+  """Prints a run's line and its memory line; a failure (e.g. out of device memory) becomes an
+  `error` line, so one shape that does not fit does not end the whole benchmark."""
+  try:
+    line, eng = run()
+  except Exception as e:  # noqa: BLE001 - reported, not hidden
+    print(json.dumps({"bench": bench, "model": name, "kv_layout": layout,
+                      "error": f"{type(e).__name__}: {str(e)[:300]}"}), flush=True)
+    return
+  print(json.dumps(line), flush=True)
+  print(json.dumps(memory_line(name, cfg, dtype, eng, bench)), flush=True)
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--presets", default="qwen2.5-0.5b,qwen2.5-7b")
@@ -314,8 +331,12 @@ def main(argv=None) -> int:
   p.add_argument("--step-solver-mean", type=float, default=2048.0)
   p.add_argument("--step-sigma", type=float, default=0.8)
   p.add_argument("--step-max-new", type=int, default=8192)
+  p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                 help="multi-turn / paper step: an untimed identical run first (compiles); "
+                      "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
-  global ATTN, PAGED_ATTN
+  global ATTN, PAGED_ATTN, WARMUP
+  WARMUP = a.warmup
   PAGED_ATTN = a.paged_attention or ("pallas" if jax.default_backend() == "gpu" else "gather")
   layouts = a.kv_layout.split(",")
   for lay in layouts:
@@ -354,18 +375,15 @@ def main(argv=None) -> int:
             if a.single:
               print(json.dumps(single), flush=True)
           if a.multiturn:
-            line, eng = multi_turn(name, cfg, B, a.prompt_len, a.mt_max_new, dtype,
-                                   a.mt_prompts_per_slot * B, a.mt_max_obs, lay,
-                                   a.kv_max_tokens, single["decode_tok_s"])
-            print(json.dumps(line), flush=True)
-            print(json.dumps(memory_line(name, cfg, dtype, eng, "multi_turn")), flush=True)
+            _report(name, "sampler_multi_turn", lay, lambda: multi_turn(
+                name, cfg, B, a.prompt_len, a.mt_max_new, dtype, a.mt_prompts_per_slot * B,
+                a.mt_max_obs, lay, a.kv_max_tokens, single["decode_tok_s"]), cfg, dtype)
     if a.paper_step:
       for lay in layouts:
         ATTN = a.decode_attention.split(",")[0]
-        line, eng = paper_step(name, cfg, a.step_slots, a.prompt_len, dtype, a.mt_max_obs, lay,
-                               a.kv_max_tokens, a)
-        print(json.dumps(line), flush=True)
-        print(json.dumps(memory_line(name, cfg, dtype, eng, "paper_step")), flush=True)
+        _report(name, "sampler_paper_step", lay, lambda: paper_step(
+            name, cfg, a.step_slots, a.prompt_len, dtype, a.mt_max_obs, lay, a.kv_max_tokens,
+            a), cfg, dtype)
   return 0
 
 

@@ -222,7 +222,7 @@ class RolloutEngine:
   def _init_paged(self, B: int, run: "_Run", window: int) -> S.DecodeState:
     c = self.cfg
     ps = int(c.page_size)
-    cols = -(-run.cap // ps)
+    cols = _pow2(-(-run.cap // ps))   # a power of two: every attended width divides evenly
     max_tokens = int(c.kv_max_tokens) or B * run.cap
     max_pages = 1 + -(-max_tokens // ps)
     first = min(max_pages, 1 + -(-B * int(c.cache_min_len) // ps))

@@ -79,7 +79,7 @@ def init_state(cfg: ModelConfig, batch: int, cache_len: int, window: int, cache_
   return _constrain_state(st, sharder)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6, 7))
 def init_paged_state(cfg: ModelConfig, batch: int, num_pages: int, page_size: int, columns: int,
                      window: int, cache_dtype, sharder: Optional[Sharder] = None) -> DecodeState:
   """An empty paged state (sampling/paged.py): `num_pages` pages (page 0 the null page), every

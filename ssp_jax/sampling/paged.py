@@ -74,9 +74,10 @@ def pallas_attention(q_BKGH: jax.Array, kp_KPTH: jax.Array, vp_KPTH: jax.Array,
   B, K, G, H = q_BKGH.shape
   C = table_BC.shape[1]
   q = (q_BKGH.astype(jnp.float32) / math.sqrt(H)).astype(kp_KPTH.dtype).reshape(B, K * G, H)
+  k_splits = math.gcd(C, 16)
   out = pa.paged_attention(q, kp_KPTH, vp_KPTH, table_BC, len_B.astype(jnp.int32),
-                           pages_per_compute_block=8, k_splits=math.gcd(C, 16),
-                           interpret=interpret)
+                           pages_per_compute_block=math.gcd(C // k_splits, 8),
+                           k_splits=k_splits, interpret=interpret)
   return out.reshape(B, K, G, H).astype(q_BKGH.dtype)
 
 
