@@ -61,7 +61,8 @@ def _init(cfg, B, P, N, dtype, tables, layout, page_size=64):
   window = tables.prefix_VM.shape[1]
   if layout == "dense":
     return S.init_state(cfg, B, P + N, window, dtype), ATTN
-  cols = -(-(P + N) // page_size)          # every row owns its pages (contiguous ids), page 0 null
+  cols = 1 << (-(-(P + N) // page_size) - 1).bit_length()   # pages a row, a power of two
+  # every row owns its own pages (contiguous ids); page 0 is the null page
   st = S.init_paged_state(cfg, B, 1 + B * cols, page_size, cols, window, dtype)
   table = 1 + jnp.arange(B * cols, dtype=jnp.int32).reshape(B, cols)
   return S.set_table(st, table), PAGED_ATTN
