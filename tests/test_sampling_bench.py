@@ -15,13 +15,17 @@ def _bench(*args):
 
 def test_tiny_multiturn_prints_vs_single_turn_for_both_layouts():
   r = _bench("--tiny", "--multiturn", "--kv-layout", "dense,paged", "--repeats", "1",
-             "--peer", "none")
+             "--peer", "none", "--paper-step")
   assert r.returncode == 0, r.stderr[-2000:]
   lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
   single = {l["kv_layout"]: l for l in lines if l["bench"] == "sampler_single_turn"}
   multi = {l["kv_layout"]: l for l in lines if l["bench"] == "sampler_multi_turn"}
   mem = [l for l in lines if l["bench"] == "sampler_memory"]
-  assert set(single) == set(multi) == {"dense", "paged"} and len(mem) == 2
+  step = {l["kv_layout"]: l for l in lines if l["bench"] == "sampler_paper_step"}
+  assert set(single) == set(multi) == set(step) == {"dense", "paged"} and len(mem) == 4
+  for l in step.values():   # 4 proposer + 20 solver trajectories in --tiny, budgets per prompt
+    assert sum(l["stop_reasons"].values()) == l["proposers"] + l["solvers"] == 24
+    assert 0 < l["all_tokens"] <= l["budget_tokens"] and l["rollout_s"] > 0
   for lay, m in multi.items():
     assert m["single_turn_decode_tok_s"] == single[lay]["decode_tok_s"] > 0
     assert abs(m["vs_single_turn"] - m["policy_tok_s"] / single[lay]["decode_tok_s"]) < 1e-2
