@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-NULL_PAGE = 0
+from ssp_jax.sampling.paged import NULL_PAGE
 
 
 class PageAllocator:
