@@ -362,8 +362,13 @@ def main(argv=None) -> int:
     batches = [int(b) for b in a.batches.split(",")]
   for name, cfg in shapes:
     for B in batches:
-      tunix_tok_s = tunix_peer(name, cfg, B, a.prompt_len, a.new_tokens, dtype,
-                               a.repeats) if peer and a.single else None
+      tunix_tok_s = None
+      if peer and a.single:
+        try:
+          tunix_tok_s = tunix_peer(name, cfg, B, a.prompt_len, a.new_tokens, dtype, a.repeats)
+        except Exception as e:  # noqa: BLE001 - reported; our own lines still come
+          print(json.dumps({"bench": "sampler_tunix_peer", "model": name, "batch": B,
+                            "error": f"{type(e).__name__}: {str(e)[:300]}"}), flush=True)
       for lay in layouts:
         for ATTN in (a.decode_attention.split(",") if lay == "dense" else ["einsum"]):
           single = None
