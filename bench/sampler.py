@@ -3,6 +3,7 @@
   python bench/sampler.py                                  # Qwen2.5-0.5B and 7B, batch 64 and 256
   python bench/sampler.py --presets qwen2.5-0.5b --batches 256 --multiturn
   python bench/sampler.py --tiny                           # CPU smoke run (tiny shape)
+  python bench/sampler.py --tiny --multiturn --kv-layout dense,paged --paper-step
 
 Single turn: prompt 128 tokens, 256 new tokens, temperature 1, bf16 weights / compute / cache;
 no stop ever fires, so every row decodes exactly `--new-tokens` tokens. `decode_tok_s` counts
@@ -10,7 +11,19 @@ generated tokens over the jitted while_loop only; `e2e_tok_s` includes the prefi
 Multi-turn (`--multiturn`): the full RolloutEngine loop (continuous refill, `</search>` stops,
 batched stub-corpus retrieval, observation prefill into the cache). With random weights a
 synthetic tokenizer maps 1/256 of the vocabulary to the text `<search> q </search>`, so a search
-happens every ~256 tokens; `policy_tok_s` counts sampled tokens, `all_tok_s` adds observations.
+happens every ~256 tokens; `policy_tok_s` counts sampled tokens, `all_tok_s` adds observations;
+`vs_single_turn` = policy_tok_s / the single-turn decode_tok_s of the same model, slots and KV layout.
+KV layout (`--kv-layout dense,paged`): `dense` is the [L, B, S, K, H] cache, `paged` the page pool
+(docs/rollout.md); every line carries `kv_layout` and `decode_attention`.
+Peer (`--peer tunix`, on by default when `import tunix` works): tunix's Sampler on the same shape
+(its Qwen2 model, random weights, same dtype, temperature 1, no eos); the single-turn line gets
+`tunix_tok_s` (batch x new tokens over tunix's whole sampler call, prefill included),
+`vs_tunix` (our e2e_tok_s / tunix_tok_s, like for like) and `vs_tunix_decode` (decode_tok_s /
+tunix_tok_s).
+Paper step (`--paper-step`): 256 proposer + 1,280 solver trajectories through the engine, response
+budgets drawn from lognormals with the stated means (`--step-*`), printing `rollout_s`.
+Memory: after each multi-turn / paper-step run a `sampler_memory` line gives the device's peak
+bytes in use (process-wide so far; null on CPU) against weights + KV-cache estimates.
 """
 from __future__ import annotations
 
@@ -34,7 +47,8 @@ import models
 from models.config import ModelConfig
 from ssp_jax import sampling as S
 
-ATTN = "einsum"   # --decode-attention
+ATTN = "einsum"   # --decode-attention (dense layout)
+PAGED_ATTN = "gather"   # --paged-attention (paged layout)
 TINY = ModelConfig(model_type="qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 
@@ -43,8 +57,19 @@ def _params(cfg, dtype):
   return jax.jit(lambda k: models.init_params(cfg, k, dtype=dtype))(jax.random.key(0))
 
 
-def _run_once(cfg, params, dparams, B, P, N, dtype, tables):
-  st = S.init_state(cfg, B, P + N, tables.prefix_VM.shape[1], dtype)
+def _init(cfg, B, P, N, dtype, tables, layout, page_size=64):
+  window = tables.prefix_VM.shape[1]
+  if layout == "dense":
+    return S.init_state(cfg, B, P + N, window, dtype), ATTN
+  cols = 1 << (-(-(P + N) // page_size) - 1).bit_length()   # pages a row, a power of two
+  # every row owns its own pages (contiguous ids); page 0 is the null page
+  st = S.init_paged_state(cfg, B, 1 + B * cols, page_size, cols, window, dtype)
+  table = 1 + jnp.arange(B * cols, dtype=jnp.int32).reshape(B, cols)
+  return S.set_table(st, table), PAGED_ATTN
+
+
+def _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout):
+  st, attn = _init(cfg, B, P, N, dtype, tables, layout)
   rng = np.random.default_rng(0)
   prompt = jnp.asarray(rng.integers(0, cfg.vocab_size, (B, P)), jnp.int32)
   rows = jnp.arange(B, dtype=jnp.int32)
@@ -59,25 +84,27 @@ def _run_once(cfg, params, dparams, B, P, N, dtype, tables):
   st, out = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
                      jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(1),
                      num_steps=N, sampling=S.SamplingParams(1.0), dtype=dtype,
-                     attn_impl=ATTN)
+                     attn_impl=attn)
   count = int(jax.device_get(out.count_B).sum())
   t2 = time.perf_counter()
   return count, t1 - t0, t2 - t1
 
 
-def single_turn(name, cfg, B, P, N, dtype, repeats):
+def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
   params = _params(cfg, dtype)
   tables = S.build_stop_tables([b"x"] * cfg.vocab_size, []).to_device()
   dparams = S.make_decode_params(cfg, params, dtype)   # once per rollout call in the engine
-  _run_once(cfg, params, dparams, B, P, N, dtype, tables)  # compile
-  runs = [_run_once(cfg, params, dparams, B, P, N, dtype, tables) for _ in range(repeats)]
+  _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout)  # compile
+  runs = [_run_once(cfg, params, dparams, B, P, N, dtype, tables, layout)
+          for _ in range(repeats)]
   count, pre, dec = min(runs, key=lambda r: r[2])
   assert count == B * N, (count, B * N)
   return {"bench": "sampler_single_turn", "model": name, "batch": B, "prompt_len": P,
           "new_tokens": N, "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "prefill_s": round(pre, 4), "decode_s": round(dec, 4),
           "decode_tok_s": round(count / dec, 1), "e2e_tok_s": round(count / (pre + dec), 1),
-          "ms_per_step": round(1000 * dec / N, 3), "decode_attention": ATTN}
+          "ms_per_step": round(1000 * dec / N, 3), "kv_layout": layout,
+          "decode_attention": ATTN if layout == "dense" else PAGED_ATTN}
 
 
 class SyntheticTokenizer:
@@ -103,33 +130,175 @@ class SyntheticTokenizer:
     return self.ids_to_bytes(ids).decode("utf-8", "replace")
 
 
-def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs):
+def _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens):
   from ssp_jax.rollout import RolloutEngine, get_rollout_config
   from ssp_jax.testing.small_retriever import SmallBM25Retriever
-  tok = SyntheticTokenizer(cfg.vocab_size)
   rc = get_rollout_config()
   rc.update(dict(batch_size=B, max_response_tokens=max_new, max_prompt_tokens=P,
                  dtype=str(jnp.dtype(dtype)), cache_dtype=str(jnp.dtype(dtype)),
-                 steps_per_call=min(256, max_new), max_obs_tokens=max_obs,
-                 decode_attention=ATTN))
-  eng = RolloutEngine(cfg, tok, rc, SmallBM25Retriever())
-  params = _params(cfg, dtype)
-  rng = np.random.default_rng(0)
-  prompts = [rng.integers(0, cfg.vocab_size, P).tolist() for _ in range(n_prompts)]
-  eng.generate(params, prompts, jax.random.key(1))  # compile every shape the timed run meets
+                 steps_per_call=min(256, max_new), max_obs_tokens=max_obs, kv_layout=layout,
+                 kv_max_tokens=kv_max_tokens,
+                 decode_attention=ATTN if layout == "dense" else PAGED_ATTN))
+  return RolloutEngine(cfg, SyntheticTokenizer(cfg.vocab_size), rc, SmallBM25Retriever())
+
+
+WARMUP = True   # --warmup: an untimed identical run first, so the timed one compiles nothing
+
+
+def _timed_generate(eng, params, prompts, budgets):
+  if WARMUP:
+    eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
   t0 = time.perf_counter()
-  trajs = eng.generate(params, prompts, jax.random.key(1))
+  trajs = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
   wall = time.perf_counter() - t0
   policy = sum(sum(t.loss_mask) for t in trajs)
   total = sum(len(t.response_ids) for t in trajs)
   reasons = {r: sum(t.stop_reason == r for t in trajs) for r in {t.stop_reason for t in trajs}}
-  return {"bench": "sampler_multi_turn", "model": name, "batch": B, "prompts": n_prompts,
-          "prompt_len": P, "max_response_tokens": max_new, "dtype": str(jnp.dtype(dtype)),
-          "device": jax.devices()[0].device_kind, "wall_s": round(wall, 3),
-          "policy_tok_s": round(policy / wall, 1), "all_tok_s": round(total / wall, 1),
+  return {"wall_s": round(wall, 3), "policy_tok_s": round(policy / wall, 1),
+          "all_tok_s": round(total / wall, 1), "policy_tokens": policy, "all_tokens": total,
           "searches": sum(t.num_searches for t in trajs), "stop_reasons": reasons,
           "engine_stats": {k: round(v, 3) if isinstance(v, float) else v
                            for k, v in eng.stats.items()}}
+
+
+def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_max_tokens,
+               single_tok_s):
+  eng = _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens)
+  params = _params(cfg, dtype)
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(0, cfg.vocab_size, P).tolist() for _ in range(n_prompts)]
+  res = _timed_generate(eng, params, prompts, None)
+  return {"bench": "sampler_multi_turn", "model": name, "batch": B, "prompts": n_prompts,
+          "prompt_len": P, "max_response_tokens": max_new, "max_obs_tokens": max_obs,
+          "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
+          "kv_layout": layout, "decode_attention": eng.cfg.decode_attention, **res,
+          "single_turn_decode_tok_s": single_tok_s,
+          "vs_single_turn": round(res["policy_tok_s"] / single_tok_s, 3)}, eng
+
+
+def paper_step(name, cfg, B, P, dtype, max_obs, layout, kv_max_tokens, a):
+  """256 proposer + 1,280 solver trajectories, lognormal response budgets with the given means."""
+  rng = np.random.default_rng(0)
+  def budgets(n, mean):   # lognormal with E = mean: mu = log(mean) - sigma^2 / 2
+    x = rng.lognormal(np.log(mean) - a.step_sigma ** 2 / 2, a.step_sigma, n)
+    return np.clip(x, 16, a.step_max_new).astype(int).tolist()
+  nprop, nsol = a.step_proposers, a.step_solvers
+  lens = budgets(nprop, a.step_proposer_mean) + budgets(nsol, a.step_solver_mean)
+  prompts = [rng.integers(0, cfg.vocab_size, P).tolist() for _ in lens]
+  eng = _engine(cfg, B, P, a.step_max_new, dtype, max_obs, layout, kv_max_tokens)
+  res = _timed_generate(eng, _params(cfg, dtype), prompts, lens)
+  return {"bench": "sampler_paper_step", "model": name, "slots": B, "proposers": nprop,
+          "solvers": nsol, "prompt_len": P, "proposer_mean_budget": a.step_proposer_mean,
+          "solver_mean_budget": a.step_solver_mean, "lognormal_sigma": a.step_sigma,
+          "max_response_tokens": a.step_max_new, "budget_tokens": int(sum(lens)),
+          "max_obs_tokens": max_obs, "dtype": str(jnp.dtype(dtype)),
+          "device": jax.devices()[0].device_kind, "kv_layout": layout,
+          "decode_attention": eng.cfg.decode_attention, "rollout_s": res.pop("wall_s"), **res}, eng
+
+
+def memory_line(name, cfg, dtype, eng, after: str):
+  """Peak device bytes (process-wide so far) against weights + KV-cache estimates."""
+  stats = jax.devices()[0].memory_stats() or {}
+  peak = stats.get("peak_bytes_in_use")
+  nparams = sum(int(np.prod(x)) for x in jax.tree.leaves(
+      models.param_shapes(cfg), is_leaf=lambda t: isinstance(t, tuple)))
+  weights = nparams * jnp.dtype(dtype).itemsize
+  tok_bytes = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(dtype).itemsize
+  c = eng.cfg
+  if c.kv_layout == "paged":
+    kv = int(eng.stats.get("kv_pages_peak", 0)) * int(c.page_size) * tok_bytes
+  else:
+    kv = int(c.batch_size) * (int(c.max_prompt_tokens) + int(c.max_response_tokens)
+                              + int(c.prefill_chunk)) * tok_bytes
+  est = 2 * weights + kv   # stacked params (prefill) + per-layer copy (decode)
+  return {"bench": "sampler_memory", "model": name, "after": after, "kv_layout": c.kv_layout,
+          "batch": int(c.batch_size), "peak_bytes": peak, "weights_bytes": weights,
+          "kv_bytes_estimate": kv, "estimate_bytes": est,
+          "peak_over_estimate": round(peak / est, 3) if peak else None}
+
+
+def _tunix_config(name, cfg, dtype):
+  import dataclasses
+  from tunix.models.qwen2 import model as tq
+  presets = {"qwen2.5-0.5b": tq.ModelConfig.qwen2p5_0p5b, "qwen2.5-7b": tq.ModelConfig.qwen2p5_7b}
+  if name in presets:
+    tcfg = presets[name]()
+  else:
+    tcfg = tq.ModelConfig(num_layers=cfg.num_layers, vocab_size=cfg.vocab_size,
+                          embed_dim=cfg.hidden_size, hidden_dim=cfg.intermediate_size,
+                          num_heads=cfg.num_heads, head_dim=cfg.head_dim,
+                          num_kv_heads=cfg.num_kv_heads, rope_theta=int(cfg.rope_theta),
+                          norm_eps=cfg.rms_norm_eps, use_tied_embedding=cfg.tie_embeddings)
+  return tq, dataclasses.replace(tcfg, dtype=dtype, param_dtype=dtype)
+
+
+class _IdTokenizer:
+  """tunix tokenizer protocol over fixed random prompts: the text 'i' encodes to prompt i."""
+
+  def __init__(self, prompts):
+    self.prompts = prompts
+
+  def encode(self, text, **kw):
+    return list(self.prompts[int(text)])
+
+  def decode(self, ids, **kw):
+    return ""
+
+  def bos_id(self):
+    return 0   # falsy: tunix adds no BOS
+
+  def eos_id(self):
+    return -1
+
+  def pad_id(self):
+    return 0
+
+
+def tunix_peer(name, cfg, B, P, N, dtype, repeats):
+  """tok/s of tunix's Sampler on the same shape (whole call: prefill + decode), or None."""
+  from flax import nnx
+  from tunix.generate import sampler as ts
+  tq, tcfg = _tunix_config(name, cfg, dtype)
+  model = tq.Qwen2(tcfg, rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(0)
+  tok = _IdTokenizer(rng.integers(1, cfg.vocab_size, (B, P)))
+  sampler = ts.Sampler(model, tok, ts.CacheConfig(cache_size=P + N, num_layers=cfg.num_layers,
+                                                  num_kv_heads=cfg.num_kv_heads,
+                                                  head_dim=cfg.head_dim))
+  texts = [str(i) for i in range(B)]
+  call = lambda: sampler(texts, max_generation_steps=N, max_prompt_length=P, temperature=1.0,
+                         top_p=1.0, eos_tokens=[-1], seed=0)   # returns host tokens (synced)
+  call()   # compile
+  best = min(_timed(call) for _ in range(repeats))
+  return round(B * N / best, 1)
+
+
+def _timed(fn):
+  t0 = time.perf_counter()
+  fn()
+  return time.perf_counter() - t0
+
+
+def _tunix_import_error() -> str:
+  """'' when tunix's sampler imports, else why not."""
+  try:
+    import tunix.generate.sampler  # noqa: F401
+    return ""
+  except Exception as e:   # absent, or one of its dependencies is
+    return f"{type(e).__name__}: {e}"
+
+
+def _report(name, bench, layout, run, cfg, dtype):
+  """Prints a run's line and its memory line; a failure (e.g. out of device memory) becomes an
+  `error` line, so one shape that does not fit does not end the whole benchmark."""
+  try:
+    line, eng = run()
+  except Exception as e:  # noqa: BLE001 - reported, not hidden
+    print(json.dumps({"bench": bench, "model": name, "kv_layout": layout,
+                      "error": f"{type(e).__name__}: {str(e)[:300]}"}), flush=True)
+    return
+  print(json.dumps(line), flush=True)
+  print(json.dumps(memory_line(name, cfg, dtype, eng, bench)), flush=True)
 
 
 def main(argv=None) -> int:
@@ -147,23 +316,80 @@ def main(argv=None) -> int:
   p.add_argument("--mt-prompts-per-slot", type=int, default=2)
   p.add_argument("--mt-max-obs", type=int, default=512)
   p.add_argument("--decode-attention", default="einsum",
-                 help="reduce | einsum | cudnn | xla; a comma list compares them")
+                 help="dense layout: reduce | einsum | cudnn | xla; a comma list compares them")
+  p.add_argument("--kv-layout", default="dense", help="dense | paged; a comma list compares them")
+  p.add_argument("--paged-attention", default=None,
+                 help="paged layout: gather | pallas (default: pallas on GPU, else gather)")
+  p.add_argument("--kv-max-tokens", type=int, default=0,
+                 help="paged pool cap in tokens (rollout.kv_max_tokens; 0 = no cap)")
+  p.add_argument("--peer", default="auto", help="auto (tunix when importable) | tunix | none")
+  p.add_argument("--paper-step", action="store_true",
+                 help="256 proposer + 1,280 solver trajectories, lognormal budgets")
+  p.add_argument("--step-slots", type=int, default=256)
+  p.add_argument("--step-proposers", type=int, default=256)
+  p.add_argument("--step-solvers", type=int, default=1280)
+  p.add_argument("--step-proposer-mean", type=float, default=1024.0)
+  p.add_argument("--step-solver-mean", type=float, default=2048.0)
+  p.add_argument("--step-sigma", type=float, default=0.8)
+  p.add_argument("--step-max-new", type=int, default=8192)
+  p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                 help="multi-turn / paper step: an untimed identical run first (compiles); "
+                      "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
-  global ATTN
+  global ATTN, PAGED_ATTN, WARMUP
+  WARMUP = a.warmup
+  PAGED_ATTN = a.paged_attention or ("pallas" if jax.default_backend() == "gpu" else "gather")
+  layouts = a.kv_layout.split(",")
+  for lay in layouts:
+    if lay not in ("dense", "paged"):
+      p.error(f"--kv-layout {lay!r}: use dense, paged or both (comma list)")
+  if a.peer not in ("auto", "tunix", "none"):
+    p.error(f"--peer {a.peer!r}: use auto, tunix or none")
+  why = _tunix_import_error() if a.peer != "none" else "--peer none"
+  if a.peer == "tunix" and why:
+    p.error(f"--peer tunix: cannot import tunix ({why}); put tunix's source and its "
+            f"dependencies on PYTHONPATH, or use --peer none")
+  peer = not why
+  if a.peer == "auto" and why:
+    print(f"sampler.py: no tunix peer ({why})", file=sys.stderr)
   dtype = jnp.dtype(a.dtype)
   if a.tiny:
     shapes, batches, a.new_tokens, a.mt_max_new, a.mt_max_obs = [("tiny", TINY)], [8], 32, 96, 24
+    a.step_slots, a.step_proposers, a.step_solvers = 8, 4, 20
+    a.step_proposer_mean, a.step_solver_mean, a.step_max_new = 24.0, 48.0, 96
   else:
     shapes = [(n, models.get_preset(n)) for n in a.presets.split(",")]
     batches = [int(b) for b in a.batches.split(",")]
   for name, cfg in shapes:
-    for B, ATTN in [(b, i) for b in batches for i in a.decode_attention.split(",")]:
-      if a.single:
-        print(json.dumps(single_turn(name, cfg, B, a.prompt_len, a.new_tokens, dtype,
-                                     a.repeats)), flush=True)
-      if a.multiturn:
-        print(json.dumps(multi_turn(name, cfg, B, a.prompt_len, a.mt_max_new, dtype,
-                                    a.mt_prompts_per_slot * B, a.mt_max_obs)), flush=True)
+    for B in batches:
+      tunix_tok_s = None
+      if peer and a.single:
+        try:
+          tunix_tok_s = tunix_peer(name, cfg, B, a.prompt_len, a.new_tokens, dtype, a.repeats)
+        except Exception as e:  # noqa: BLE001 - reported; our own lines still come
+          print(json.dumps({"bench": "sampler_tunix_peer", "model": name, "batch": B,
+                            "error": f"{type(e).__name__}: {str(e)[:300]}"}), flush=True)
+      for lay in layouts:
+        for ATTN in (a.decode_attention.split(",") if lay == "dense" else ["einsum"]):
+          single = None
+          if a.single or a.multiturn:
+            single = single_turn(name, cfg, B, a.prompt_len, a.new_tokens, dtype, a.repeats, lay)
+            if tunix_tok_s:
+              single.update(tunix_tok_s=tunix_tok_s,
+                            vs_tunix=round(single["e2e_tok_s"] / tunix_tok_s, 3),
+                            vs_tunix_decode=round(single["decode_tok_s"] / tunix_tok_s, 3))
+            if a.single:
+              print(json.dumps(single), flush=True)
+          if a.multiturn:
+            _report(name, "sampler_multi_turn", lay, lambda: multi_turn(
+                name, cfg, B, a.prompt_len, a.mt_max_new, dtype, a.mt_prompts_per_slot * B,
+                a.mt_max_obs, lay, a.kv_max_tokens, single["decode_tok_s"]), cfg, dtype)
+    if a.paper_step:
+      for lay in layouts:
+        ATTN = a.decode_attention.split(",")[0]
+        _report(name, "sampler_paper_step", lay, lambda: paper_step(
+            name, cfg, a.step_slots, a.prompt_len, dtype, a.mt_max_obs, lay, a.kv_max_tokens,
+            a), cfg, dtype)
   return 0
 
 

@@ -18,13 +18,14 @@ PROMPTS = ["Who wrote Moby-Dick?", "The capital of France is", "a", "Paris is",
            "Numbers 1851 2024", "<think> I need to find", "Edinburgh", "Marie Curie was"]
 
 
-def _run(path, sharder, temperature, close):
+def _run(path, sharder, temperature, close, **kw):
   cfg, params = load_params(path, sharder=sharder)
   tok = Tokenizer.from_dir(path)
   rc = get_rollout_config()
   rc.update(dict(dtype="float32", cache_dtype="float32", batch_size=4, cache_min_len=32,
                  prefill_chunk=16, steps_per_call=12, max_obs_tokens=40, topk=2,
                  search_open=" ", search_close=close, max_searches=2))
+  rc.update(kw)
   eng = RolloutEngine(cfg, tok, rc, SmallBM25Retriever(), sharder)
   return eng.generate(params, PROMPTS, jax.random.key(4), temperature=temperature,
                       max_new_tokens=60, stop=[close])
@@ -42,3 +43,19 @@ def test_sharded_equals_single_device(tmp_path):
       assert a.loss_mask == b.loss_mask and a.stop_reason == b.stop_reason
       np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
     assert sum(t.num_searches for t in single) >= 1
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+def test_sharded_paged_equals_single_device_dense(tmp_path):
+  """kv_layout="paged" on the data x tensor mesh (pools sharded over kv heads, page table over
+  the batch) gives the dense single-device greedy rollouts."""
+  path = make_tiny_checkpoint(str(tmp_path), "qwen2", "chatml", seed=2, heads=4, kv_heads=2)
+  sharder = Sharder(make_mesh((("data", 4), ("tensor", 2))))
+  single = _run(path, None, 0.0, "e")
+  paged = _run(path, sharder, 0.0, "e", kv_layout="paged", page_size=8,
+               decode_attention="gather")
+  for a, b in zip(single, paged):
+    assert a.response_ids == b.response_ids
+    assert a.loss_mask == b.loss_mask and a.stop_reason == b.stop_reason
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+  assert sum(t.num_searches for t in single) >= 1

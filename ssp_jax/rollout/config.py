@@ -17,7 +17,15 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
   c.dtype = "bfloat16"          # compute dtype of the forward pass
   c.cache_dtype = "bfloat16"    # KV cache dtype
-  c.decode_attention = "einsum" # einsum (batched GEMMs; fastest on H200) | reduce | cudnn | xla
+  c.decode_attention = "einsum" # dense: einsum (batched GEMMs; fastest on H200) | reduce | cudnn |
+                                # xla; paged: gather (pure JAX, any backend) | pallas (GPU kernel)
+  # --- KV layout (docs/rollout.md, "Paged KV cache") ---
+  c.kv_layout = "dense"         # dense: [L, B, S, K, H] rows | paged: a shared pool of pages
+  c.page_size = 64              # paged: token slots per page
+  c.kv_max_tokens = 0           # paged: pool cap in tokens (all rows together); 0 = batch_size x
+                                # (max_prompt + max_response + prefill_chunk), never preempts.
+                                # Smaller: more slots fit; a row short of pages waits, and when
+                                # no row can go on the youngest is preempted and recomputed
   # --- sampling ---
   c.temperature = 1.0           # 0 = greedy; recorded log-probs are log_softmax(logits / T)
   c.top_p = 1.0                 # 1 = off

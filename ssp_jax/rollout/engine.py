@@ -28,6 +28,8 @@ from ssp_jax import sampling as S
 from ssp_jax.rollout import multihost
 from ssp_jax.rollout.config import get_rollout_config
 from ssp_jax.rollout.observations import SearchResult, run_searches
+from ssp_jax.rollout.pages import PageAllocator
+from ssp_jax.sampling.stops import PAD
 from ssp_jax.tokenizer import Prompt, Tokenizer
 from ssp_jax.types import Trajectory
 
@@ -49,6 +51,9 @@ class _Row:
   failed: int = 0
   open_prefix: str = ""                # prompt text from an unclosed search_open (assistant prefill)
   meta: dict = dataclasses.field(default_factory=dict)
+  admitted: int = 0                    # admission order (paged: the youngest is preempted first)
+  blocked: bool = False                # paged: no pages for its next step this call
+  resume_segment: Optional[bytes] = None  # paged: segment bytes to restore after a preemption
 
 
 def _pow2(n: int) -> int:
@@ -72,6 +77,9 @@ class RolloutEngine:
     self._token_bytes = list(tokenizer.token_bytes) + [b""] * (
         model_cfg.vocab_size - tokenizer.vocab_size)
     self.stats: dict[str, Any] = {}
+    if self.cfg.kv_layout not in ("dense", "paged"):
+      raise ValueError(f"rollout.kv_layout={self.cfg.kv_layout!r} unknown; use 'dense' or 'paged'")
+    self.paged = self.cfg.kv_layout == "paged"
     if tokenizer.vocab_size > model_cfg.vocab_size:
       raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size "
                        f"is {model_cfg.vocab_size}; use the tokenizer of this checkpoint")
@@ -80,10 +88,12 @@ class RolloutEngine:
   def generate(self, params, prompts: Sequence[Prompt], rng: jax.Array, *,
                stop: Optional[Sequence[str]] = None, use_search: Optional[bool] = None,
                temperature: Optional[float] = None, top_p: Optional[float] = None,
-               top_k: Optional[int] = None, max_new_tokens: Optional[int] = None,
+               top_k: Optional[int] = None,
+               max_new_tokens: Optional[int | Sequence[int]] = None,
                metas: Optional[Sequence[dict]] = None) -> list[Trajectory]:
     """One Trajectory per prompt, in order. Prompts are raw strings, chat message lists or
-    token-id lists; None arguments (and max_new_tokens=0) take the rollout config's values."""
+    token-id lists; None arguments (and max_new_tokens=0) take the rollout config's values.
+    max_new_tokens may also be one budget per prompt (a sequence as long as `prompts`)."""
     c = self.cfg
     run = _Run(
         stops=tuple(c.stop if stop is None else stop),
@@ -91,15 +101,23 @@ class RolloutEngine:
         sampling=S.SamplingParams(
             float(c.temperature if temperature is None else temperature),
             float(c.top_p if top_p is None else top_p), int(c.top_k if top_k is None else top_k)),
-        max_new=int(max_new_tokens or c.max_response_tokens))   # None / 0: the config's
-    if run.max_new < 0:
-      raise ValueError(f"max_new_tokens must be positive, got {run.max_new}")
+        max_new=0)
+    if isinstance(max_new_tokens, (list, tuple, np.ndarray)):
+      if len(max_new_tokens) != len(prompts):
+        raise ValueError(f"max_new_tokens has {len(max_new_tokens)} budgets for "
+                         f"{len(prompts)} prompts; give one per prompt or a single int")
+      budgets = [int(m or c.max_response_tokens) for m in max_new_tokens]
+    else:
+      budgets = [int(max_new_tokens or c.max_response_tokens)] * len(prompts)  # None / 0: config
+    if any(m < 0 for m in budgets):
+      raise ValueError(f"max_new_tokens must be positive, got {min(budgets)}")
+    run.max_new = max(budgets, default=0)
     queue = collections.deque()
     for i, p in enumerate(prompts):
       ids, truncated = self._prompt_ids(p)
       meta = dict(metas[i]) if metas else {}
       meta["prompt_truncated"] = truncated
-      queue.append(_Row(i, ids, run.max_new, list(ids), meta=meta,
+      queue.append(_Row(i, ids, budgets[i], list(ids), meta=meta,
                         open_prefix=self._open_prefix(ids)))
     params = jax.tree.map(  # cast once, not on every decode step
         lambda x: x.astype(self.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
@@ -147,21 +165,30 @@ class RolloutEngine:
     steps = int(c.steps_per_call)  # fixed: one compiled loop whatever max_new_tokens is
     run.cap = int(c.max_prompt_tokens) + run.max_new + int(c.prefill_chunk) + 1
     dparams = S.make_decode_params(self.model_cfg, params, self.dtype)
-    st = S.init_state(self.model_cfg, B, self._cache_len(0, 0, run.cap),
-                      tables.prefix_VM.shape[1], self.cache_dtype, self.sharder)
+    window = tables.prefix_VM.shape[1]
+    if self.paged:
+      st = self._init_paged(B, run, window)
+    else:
+      st = S.init_state(self.model_cfg, B, self._cache_len(0, 0, run.cap), window,
+                        self.cache_dtype, self.sharder)
     rows: list[Optional[_Row]] = [None] * B
     out: list[Optional[Trajectory]] = [None] * n
     stats = collections.Counter()
+    run.stats = stats
+    self._run = run
     t0, call = time.perf_counter(), 0
     while True:
-      for b in range(B):
-        if rows[b] is None and queue:
-          rows[b] = queue.popleft()
+      if self.paged:
+        self._plan_pages(rows, queue, run, steps)
+      else:
+        for b in range(B):
+          if rows[b] is None and queue:
+            rows[b] = queue.popleft()
       live = [b for b in range(B) if rows[b] is not None]
       if not live:
         break
       st = self._prefill_pending(params, st, rows, run)
-      limit = np.array([min(r.budget, steps) if r is not None else 0 for r in rows], np.int32)
+      limit = np.array([self._limit(b, r, run, steps) for b, r in enumerate(rows)], np.int32)
       need = max(rows[b].pos + int(limit[b]) + 1 for b in live)
       st = self._fit_cache(st, need, run)
       exit_after = max(1, math.ceil(float(c.refill_fraction) * len(live)))
@@ -182,7 +209,96 @@ class RolloutEngine:
     self.stats = dict(stats)
     return out
 
+  def _limit(self, b: int, r: Optional[_Row], run: "_Run", steps: int) -> int:
+    """Tokens row b may generate in the next call (0: inactive)."""
+    if r is None or r.blocked:
+      return 0
+    lim = min(r.budget, steps)
+    if self.paged:   # the row's pages must hold slots up to pos + limit (see _plan_pages)
+      lim = min(lim, run.alloc.capacity(b) - r.pos - 1)
+    return max(lim, 0)
+
+  # -- paged KV cache (docs/rollout.md, "Paged KV cache") --------------------------------------
+  def _init_paged(self, B: int, run: "_Run", window: int) -> S.DecodeState:
+    c = self.cfg
+    ps = int(c.page_size)
+    cols = _pow2(-(-run.cap // ps))   # a power of two: every attended width divides evenly
+    max_tokens = int(c.kv_max_tokens) or B * run.cap
+    max_pages = 1 + -(-max_tokens // ps)
+    first = min(max_pages, 1 + -(-B * int(c.cache_min_len) // ps))
+    run.alloc = PageAllocator(B, ps, cols, max(first, 2), max(max_pages, 2))
+    run.admitted = 0
+    return S.init_paged_state(self.model_cfg, B, run.alloc.num_pages, ps, 1, window,
+                              self.cache_dtype, self.sharder)
+
+  def _ensure(self, alloc: PageAllocator, b: int, tokens: int) -> bool:
+    """Pages for `tokens` slots of row b, growing the pool (doubling, up to its cap) if short."""
+    while not alloc.ensure(b, tokens):
+      if alloc.num_pages >= alloc.max_pages:
+        return False
+      alloc.grow(2 * alloc.num_pages)
+    return True
+
+  def _plan_pages(self, rows, queue, run: "_Run", steps: int) -> None:
+    """Gives every live row pages for its next call (prefill of its pending tokens plus up to
+    `steps` decode steps, at least one step), preempting the youngest rows while no row can go
+    on; then admits queued prompts into free slots while the pool has pages for them."""
+    alloc = run.alloc
+    while True:
+      live = sorted((b for b, r in enumerate(rows) if r is not None), key=lambda b: rows[b].admitted)
+      for b in live:
+        r = rows[b]
+        at = r.pos + max(len(r.pending) - 1, 0)        # position of tok_B after the prefill
+        full = self._ensure(alloc, b, at + min(r.budget, steps) + 1)
+        r.blocked = not (full or self._ensure(alloc, b, at + 2))
+      if not live or not all(rows[b].blocked for b in live):
+        break
+      if len(live) == 1:
+        raise ValueError(
+            f"rollout.kv_max_tokens={self.cfg.kv_max_tokens} holds fewer tokens than one row "
+            f"needs ({rows[live[0]].pos + len(rows[live[0]].pending) + 1}); raise it or set 0")
+      self._preempt(rows, live[-1], queue, run)
+    for b in range(len(rows)):
+      if rows[b] is None and queue:
+        r = queue[0]
+        if not self._ensure(alloc, b, len(r.pending) + min(r.budget, steps)):
+          if not any(x is not None for x in rows):
+            raise ValueError(f"rollout.kv_max_tokens={self.cfg.kv_max_tokens} holds fewer "
+                             f"tokens than one prompt needs; raise it or set 0")
+          break
+        rows[b] = queue.popleft()
+        rows[b].admitted = run.admitted
+        run.admitted += 1
+    run.stats["kv_pages_peak"] = max(run.stats["kv_pages_peak"], alloc.pages_in_use)
+
+  def _preempt(self, rows, b: int, queue, run: "_Run") -> None:
+    """Frees row b's pages and puts it back at the head of the queue; when it is admitted again
+    its whole sequence so far is prefilled (recomputed) and it continues where it was."""
+    r = rows[b]
+    if not r.pending:       # mid-generation: keep the stop-string segment
+      r.resume_segment = bytes(r.segment)
+    r.pending = r.prompt_ids + r.response
+    r.pos = 0
+    r.blocked = False
+    run.alloc.release(b)
+    rows[b] = None
+    queue.appendleft(r)
+    run.stats["preemptions"] += 1
+
+  def _sync_pages(self, st: S.DecodeState, tokens: int, run: "_Run") -> S.DecodeState:
+    """Device pool grown to the allocator's size; page table installed with enough columns for
+    `tokens` slots and every owned page (a power of two, so few shapes compile)."""
+    alloc = run.alloc
+    cols = max(alloc.pages_for(tokens), max(alloc.owned), 1)
+    cols = min(_pow2(cols), alloc.table.shape[1])
+    table = jnp.asarray(alloc.table[:, :cols])
+    if st.cache["k"][0].shape[1] < alloc.num_pages:
+      return S.grow_pages(st, table, num_pages=alloc.num_pages, sharder=self.sharder)
+    return S.set_table(st, table)
+
   def _fit_cache(self, st: S.DecodeState, need: int, run: "_Run") -> S.DecodeState:
+    if self.paged:
+      return self._sync_pages(st, need, run)
     S_now = st.cache["k"].shape[2]
     if need <= S_now:
       return st
@@ -191,7 +307,7 @@ class RolloutEngine:
 
   def _prefill_pending(self, params, st, rows, run: "_Run") -> S.DecodeState:
     """Puts every row's pending tokens but the last in the cache; the last becomes tok_B."""
-    todo = [b for b, r in enumerate(rows) if r is not None and r.pending]
+    todo = [b for b, r in enumerate(rows) if r is not None and r.pending and not r.blocked]
     if not todo:
       return st
     chunk = int(self.cfg.prefill_chunk)
@@ -218,8 +334,20 @@ class RolloutEngine:
       rows[b].pending = []
       rows[b].segment = bytearray()
     R = len(todo)
-    return S.set_rows(st, jnp.asarray(todo, jnp.int32), jnp.asarray(tok, jnp.int32),
-                      jnp.asarray([rows[b].pos for b in todo], jnp.int32), jnp.ones((R,), bool))
+    st = S.set_rows(st, jnp.asarray(todo, jnp.int32), jnp.asarray(tok, jnp.int32),
+                    jnp.asarray([rows[b].pos for b in todo], jnp.int32), jnp.ones((R,), bool))
+    resumed = [b for b in todo if rows[b].resume_segment is not None]
+    if resumed:   # rows preempted mid-generation: restore their segment and stop window
+      M = st.window_BM.shape[1]
+      win = np.full((len(resumed), M), PAD, np.int16)
+      for i, b in enumerate(resumed):
+        seg = rows[b].resume_segment
+        rows[b].segment = bytearray(seg)
+        rows[b].resume_segment = None
+        tail = np.frombuffer(seg[-M:], np.uint8) if M else np.zeros(0, np.uint8)
+        win[i, M - len(tail):] = tail
+      st = S.set_windows(st, jnp.asarray(resumed, jnp.int32), jnp.asarray(win))
+    return st
 
   def _absorb(self, rows, res: S.DecodeOut, run: "_Run", out) -> list[int]:
     """Appends each row's new tokens; finalizes finished rows; returns rows waiting to search."""
@@ -289,6 +417,8 @@ class RolloutEngine:
 
   def _finish(self, rows, b: int, reason: str, out) -> None:
     r = rows[b]
+    if self.paged:
+      self._run.alloc.release(b)
     out[r.index] = Trajectory(
         prompt_ids=r.prompt_ids, response_ids=r.response, loss_mask=r.mask,
         logprobs=r.logprobs, text=self.tok.decode(r.response, skip_special=True),
@@ -305,3 +435,6 @@ class _Run:
   sampling: S.SamplingParams
   max_new: int
   cap: int = 0
+  alloc: Optional[PageAllocator] = None   # paged layout only
+  admitted: int = 0
+  stats: Any = None

@@ -24,6 +24,7 @@ from models.config import ModelConfig
 from models.decoder import CACHE_LOGICAL
 from models import layers as L_
 from models.sharding import Sharder, constrain
+from ssp_jax.sampling import paged as PG
 
 
 def _decode_attention(q_BKGH, k_BSKH, v_BSKH, mask_BS, k_BKH, v_BKH, einsum: bool = False):
@@ -77,6 +78,9 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     read-only cache + two-part softmax above and write all layers' K/V after the layers; "cudnn" / "xla" write each layer's K/V first and
     call `jax.nn.dot_product_attention` with `key_value_seq_lengths = pos + 1` ("cudnn": the
     cuDNN flash kernel on NVIDIA GPUs, reading the cache in its stored layout)."""
+  if "table" in cache:
+    return _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, dtype=dtype, sharder=sharder,
+                                 attn_impl=attn_impl)
   if attn_impl not in ATTN_IMPLS:
     raise ValueError(f"decode attention {attn_impl!r} unknown; use one of {ATTN_IMPLS}")
   B = tok_B.shape[0]
@@ -112,8 +116,42 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     v_all = v_all.at[:, rows_B, pos_B].set(jnp.stack(new_v))
   new = {"k": constrain(k_all, CACHE_LOGICAL, sharder),
          "v": constrain(v_all, CACHE_LOGICAL, sharder)}
+  return _logits(cfg, dparams, x_B1D, sharder), new
+
+
+def _logits(cfg, dparams, x_B1D, sharder):
   h_B1D = L_.rms_norm(x_B1D, dparams["final_norm"], cfg.rms_norm_eps)
   logits = jnp.einsum("BTD,DV->BTV", h_B1D, dparams["lm_head"].astype(h_B1D.dtype),
                       preferred_element_type=jnp.float32)
   logits = constrain(logits, ("act_batch", "act_len", "act_vocab"), sharder)
-  return logits[:, 0], new
+  return logits[:, 0]
+
+
+def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, attn_impl):
+  """decode_forward over a paged cache (sampling/paged.py): each layer writes its new K/V at
+  (page, offset) of pos_B first, then attends over slots <= pos_B through the page table.
+  attn_impl: "gather" (pure JAX, any backend) or "pallas" (JAX's Pallas GPU kernel); the dense
+  names ("einsum", "reduce", ...) mean "gather" here."""
+  impl = attn_impl if attn_impl in PG.PAGED_ATTN_IMPLS else "gather"
+  B = tok_B.shape[0]
+  K, N, H = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
+  G = N // K
+  table_BC = cache["table"]
+  T = cache["k"][0].shape[2]
+  positions_B1 = pos_B[:, None].astype(jnp.int32)
+  inv_freq = L_.rope_inv_freq(H, cfg.rope_theta, cfg.rope_scaling)
+  cos, sin = L_.rope_cos_sin(positions_B1, inv_freq, dtype)
+  page_B, off_B = PG.slot_of(table_BC, pos_B.astype(jnp.int32), T)
+  len_B = pos_B.astype(jnp.int32) + 1
+  attend = PG.gather_attention if impl == "gather" else PG.pallas_attention
+  x_B1D = D._embed(cfg, dparams, tok_B[:, None], dtype, sharder)
+  new_k, new_v = [], []
+  for l, lp in enumerate(dparams["layers"]):
+    q, k, v = D._qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
+    kp = PG.write_token(cache["k"][l], page_B, off_B, k[:, 0])
+    vp = PG.write_token(cache["v"][l], page_B, off_B, v[:, 0])
+    attn_B1NH = attend(q[:, 0].reshape(B, K, G, H), kp, vp, table_BC, len_B).reshape(B, 1, N, H)
+    new_k.append(kp)
+    new_v.append(vp)
+    x_B1D = D._attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
+  return _logits(cfg, dparams, x_B1D, sharder), {"k": new_k, "v": new_v, "table": table_BC}

@@ -29,6 +29,7 @@ import models
 from models.config import ModelConfig
 from models.decoder import CACHE_LOGICAL
 from models.sharding import Sharder, constrain
+from ssp_jax.sampling import paged as PG
 from ssp_jax.sampling.decode_step import decode_forward, decode_params
 
 make_decode_params = jax.jit(decode_params, static_argnums=(0, 2))
@@ -57,7 +58,13 @@ class DecodeOut(NamedTuple):
 def _constrain_state(st: DecodeState, sharder: Optional[Sharder]) -> DecodeState:
   if sharder is None:
     return st
-  cache = {k: constrain(v, CACHE_LOGICAL, sharder) for k, v in st.cache.items()}
+  if "table" in st.cache:   # paged: pools [K, P, T, H] per layer, sharded over kv heads only
+    pool = lambda ps: [constrain(p, (CACHE_LOGICAL[3], None, None, CACHE_LOGICAL[4]), sharder)
+                       for p in ps]
+    cache = {"k": pool(st.cache["k"]), "v": pool(st.cache["v"]),
+             "table": constrain(st.cache["table"], ("act_batch", None), sharder)}
+  else:
+    cache = {k: constrain(v, CACHE_LOGICAL, sharder) for k, v in st.cache.items()}
   vec = lambda x: constrain(x, ("act_batch",) + (None,) * (x.ndim - 1), sharder)
   return DecodeState(cache, vec(st.tok_B), vec(st.pos_B), vec(st.window_BM))
 
@@ -70,6 +77,33 @@ def init_state(cfg: ModelConfig, batch: int, cache_len: int, window: int, cache_
                    jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), jnp.int32),
                    jnp.full((batch, window), PAD, jnp.int16))
   return _constrain_state(st, sharder)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6, 7))
+def init_paged_state(cfg: ModelConfig, batch: int, num_pages: int, page_size: int, columns: int,
+                     window: int, cache_dtype, sharder: Optional[Sharder] = None) -> DecodeState:
+  """An empty paged state (sampling/paged.py): `num_pages` pages (page 0 the null page), every
+  table entry on the null page, all rows at position 0 with token 0."""
+  k, v = PG.init_pages(cfg, num_pages, page_size, cache_dtype)
+  cache = {"k": k, "v": v, "table": jnp.zeros((batch, columns), jnp.int32)}
+  st = DecodeState(cache, jnp.zeros((batch,), jnp.int32), jnp.zeros((batch,), jnp.int32),
+                   jnp.full((batch, window), PAD, jnp.int16))
+  return _constrain_state(st, sharder)
+
+
+@functools.partial(jax.jit, static_argnames=("num_pages", "sharder"))
+def grow_pages(st: DecodeState, table_BC: jax.Array, num_pages: int,
+               sharder: Optional[Sharder] = None) -> DecodeState:
+  """Grows a paged cache's pools to `num_pages` (existing page ids unchanged) and installs
+  the page table table_BC (its width = the columns the next calls attend)."""
+  cache = {"k": PG.grow_pages(st.cache["k"], num_pages),
+           "v": PG.grow_pages(st.cache["v"], num_pages), "table": table_BC}
+  return _constrain_state(st._replace(cache=cache), sharder)
+
+
+def set_table(st: DecodeState, table_BC: jax.Array) -> DecodeState:
+  """Installs a new page table (host allocator -> device) in a paged state."""
+  return st._replace(cache={**st.cache, "table": table_BC})
 
 
 @functools.partial(jax.jit, static_argnames=("new_len", "sharder"))
@@ -89,12 +123,32 @@ def prefill_rows(cfg: ModelConfig, st: DecodeState, params, rows_R: jax.Array,
                  tokens_RT: jax.Array, start_R: jax.Array, *, dtype=jnp.float32,
                  sharder: Optional[Sharder] = None) -> DecodeState:
   """Writes K/V of tokens_RT at slots start_R.. of cache rows rows_R (padding rows may repeat a
-  row with identical inputs). Only these R rows are computed; the other rows are untouched."""
+  row with identical inputs). Only these R rows are computed; the other rows are untouched.
+  Paged cache: the rows' pages (the first `columns` table columns) are gathered into a dense
+  view, prefilled, and scattered back; writes past a row's pages land on the null page."""
+  if "table" in st.cache:
+    return _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder)
   sub = {k: v[:, rows_R] for k, v in st.cache.items()}
   _, sub = models.forward_with_cache(cfg, params, tokens_RT, start_R, sub, dtype=dtype,
                                      sharder=sharder, return_hidden=True)
   cache = {k: st.cache[k].at[:, rows_R].set(sub[k]) for k in st.cache}
   return _constrain_state(st._replace(cache=cache), sharder)
+
+
+def _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder):
+  table_RC = st.cache["table"][rows_R]
+  sub = {k: PG.gather_rows(st.cache[k], table_RC) for k in ("k", "v")}
+  _, sub = models.forward_with_cache(cfg, params, tokens_RT, start_R, sub, dtype=dtype,
+                                     sharder=sharder, return_hidden=True)
+  cache = {k: PG.scatter_rows(st.cache[k], table_RC, sub[k]) for k in ("k", "v")}
+  cache["table"] = st.cache["table"]
+  return _constrain_state(st._replace(cache=cache), sharder)
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def set_windows(st: DecodeState, rows_R: jax.Array, window_RM: jax.Array) -> DecodeState:
+  """Sets rows' stop-string windows (a row resumed after preemption keeps its segment)."""
+  return st._replace(window_BM=st.window_BM.at[rows_R].set(window_RM.astype(jnp.int16)))
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
