@@ -142,7 +142,8 @@ def build_demos(sources: Sequence[Source], retriever, tokenizer, *, topk: int,
       blank(s.sentence, s.answer).split("___")[-1] or s.sentence, 8) for s in sources]
   r1 = _search(retriever, tokenizer, q1, topk, max_obs_tokens)
   r2 = _search(retriever, tokenizer, q2, topk, max_obs_tokens)
-  rs = _search(retriever, tokenizer, [keywords(q, 14) for q in questions], topk, max_obs_tokens)
+  rs = _search(retriever, tokenizer, [keywords(blank(s.sentence, s.answer), 14) for s in sources],
+               topk, max_obs_tokens)
   out: list[Demo] = []
   for s, q, a, b, c in zip(sources, questions, r1, r2, rs):
     hit = next((d for d in a.docs + b.docs if _contains(pf.doc_title_text(d)[1], s.answer)), None)
