@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 from typing import Callable, Iterable, Sequence
 
@@ -125,6 +126,8 @@ def write_jsonl(records: Iterable[dict], path: str) -> int:
 
 # The set configs/svs_tiny.py trains on (ssp_jax/data/arith_graded.jsonl): chosen from the
 # per-level solve rates of SmolLM2-135M-Instruct measured in docs/svs.md.
+DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                            "arith_graded.jsonl")
 DEFAULT_N, DEFAULT_SEED = 256, 0
 DEFAULT_LEVELS, DEFAULT_WEIGHTS = (1, 2, 3, 6), (4, 2, 1, 1)
 
