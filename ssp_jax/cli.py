@@ -17,6 +17,7 @@ VERBS = {
     "index": ("retrieval.cli_index", "build a dense (E5/MiniLM) or BM25 index over a corpus"),
     "retrieve": ("retrieval.cli_serve", "serve an index over HTTP (POST /retrieve)"),
     "export": ("ssp_jax.export_cli", "export a training checkpoint to a Hugging Face directory"),
+    "plot": ("ssp_jax.plot_cli", "PNG curves of a run's metrics.jsonl (one file per key)"),
 }
 
 

@@ -60,7 +60,7 @@ def load_policy(config, checkpoint: Optional[str], sharder):
   dtype, fmt = config.rl.param_dtype, config.model.chat_format
   orbax = _orbax_dir(checkpoint) if checkpoint and os.path.isdir(checkpoint) else None
   if checkpoint and not orbax:
-    if not os.path.exists(checkpoint):
+    if not os.path.exists(checkpoint) and not checkpoint.startswith("registry:"):
       raise FileNotFoundError(f"--checkpoint {checkpoint!r} does not exist (give an HF directory, "
                               "a .gguf file, or a training workdir/checkpoints directory)")
     cfg, params, tok = ssp_build.load_model(checkpoint, sharder, dtype, fmt)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from models import registry as model_registry
 from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
 from ssp_jax.rl.config import UPDATE_SCHEDULES
 from ssp_jax.ssp import game, remote, replay, rewards
@@ -18,6 +19,12 @@ def _choice(name: str, value, allowed) -> None:
 
 
 def _path(name: str, value: str, special=("",)) -> None:
+  if value.startswith(model_registry.PREFIX):  # an offline model joined from registry packages
+    try:
+      model_registry.lookup(value)
+    except ValueError as e:
+      raise ConfigError(f"config.{name}={value!r}: {e}") from None
+    return
   if value not in special and not os.path.exists(os.path.expanduser(value)):
     raise ConfigError(f"config.{name}={value!r} does not exist; give a local path "
                       f"(no downloads at run time) or {special[-1]!r} for the default")

@@ -17,6 +17,7 @@ def get_svs_config() -> ml_collections.ConfigDict:
   c.train_path = ""             # JSONL of {"problem", "answer"} ("" = builtin:math_sample)
   c.shuffle = True              # a seeded permutation per epoch (False: file order)
   c.seed = 0                    # data order and the VPS subsampling
+  c.synthesis = True            # False: the RLVR baseline (GRPO on the problems, no VPS/SPA)
   c.batch_size = 256            # problems per step (original: 256)
   c.n = 8                       # solutions per problem, in OQA and in SPA (original: 8)
   c.synth_n = 8                 # synthetic problems per correct response (original: 8)

@@ -15,6 +15,10 @@ sections):
   SPA   the n solutions of a synthetic problem with 0 < accuracy < 1
 A step with no under-performing problem is skipped: nothing is trained and `svs/skipped` is 1.
 
+`svs.synthesis = False` is the paper's **RLVR baseline** (plain GRPO on the problem set): OQA
+only, every group with 0 < p < 1 is trained, no selection, VPS or SPA; a step is skipped when no
+group has a learning signal (all solutions right or all wrong).
+
 Roles: the learner knows two roles (`ssp_jax.rl.config.ROLES`); solving (OQA, SPA) is the
 `solver` role and synthesis (VPS) the `proposer` role. Both use `rl.solver_estimator` /
 `rl.proposer_estimator`, which SvS configs set to "grpo"; `rl.role_loss_weights` can weight them.
@@ -177,6 +181,8 @@ class SvSGame:
     acc = group_accuracy(oqa_r, c.n)
     under = under_performing(acc, c.under_lower, c.under_upper)
     metrics = self._oqa_metrics(oqa_trajs, oqa_r, acc, under)
+    if not c.get("synthesis", True):
+      return self._rlvr_step(batch, oqa_trajs, oqa_r, acc, metrics, step, t_start)
     if not under.any():
       self.skipped_total += 1
       out = StepOutput([], np.zeros(0, np.float32), np.zeros(0, np.int32),
@@ -196,6 +202,22 @@ class SvSGame:
                         "time/game": time.perf_counter() - t_start,
                         **{f"time/{k}": v for k, v in self.timings.items()}})
     out.samples = self._samples(batch, oqa_trajs, acc, syntheses, sources)
+    return out
+
+  def _rlvr_step(self, batch, oqa_trajs, oqa_r, acc, metrics, step: int,
+                 t_start: float) -> StepOutput:
+    """The RLVR baseline's step: GRPO on the OQA groups with 0 < p < 1, nothing synthesised."""
+    rows = self._assemble(oqa_trajs, oqa_r, acc, [], 0, step)
+    skipped = not rows.trajs
+    self.skipped_total += int(skipped)
+    out = self._output(rows)
+    out.metrics.update(metrics)
+    out.metrics.update({"oqa/train_groups": float(rows.counts["oqa_groups"]),
+                        "svs/skipped": float(skipped),
+                        "svs/skipped_total": float(self.skipped_total),
+                        "time/game": time.perf_counter() - t_start,
+                        **{f"time/{k}": v for k, v in self.timings.items()}})
+    out.samples = self._samples(batch, oqa_trajs, acc, [])
     return out
 
   def _vps_inputs(self, batch, oqa_trajs, oqa_r, under, metrics) -> list[tuple[int, Trajectory]]:

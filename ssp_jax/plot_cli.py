@@ -1,0 +1,122 @@
+"""`ssp-jax plot`: PNG curves from a run's metrics.jsonl, one file per metric key (x = step).
+
+  ssp-jax plot runs/ssp_tiny --out runs/ssp_tiny/plots            # the game's default keys
+  ssp-jax plot runs/svs_gsm --out plots --keys oqa/accuracy,loss   # chosen keys
+
+WORKDIR is a training workdir (its metrics.jsonl is read) or a metrics.jsonl file. Without --keys
+the default keys of the run's game (SSP or SvS, from the keys present) are drawn, those absent
+from the file left out, plus every `val/...` key present. A requested key that no step has is an
+error (one line, exit 2). A key that only some steps have (SvS's vps/spa keys on steps that were
+not skipped, `val/...` at evaluation steps) is drawn at those steps, with markers.
+The file of key `a/b` is `OUT/a_b.png`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from typing import Sequence
+
+# What the trainers write (docs/training.md, docs/svs.md); the game-play story first.
+SSP_KEYS = (
+    "proposer/valid_rate", "proposer/rule_pass_rate", "proposer/rag_pass_rate",
+    "proposer/reward_mean", "proposer/searches_mean", "solver/reward_mean",
+    "solver/solve_rate_mean", "solver/searches_mean", "batch/dummy", "loss", "pg_loss",
+    "entropy", "grad_norm", "kl", "time/step")
+SVS_KEYS = (
+    "oqa/accuracy", "oqa/boxed_rate", "oqa/under_performing", "oqa/all_correct_rate",
+    "oqa/none_correct_rate", "oqa/response_len", "vps/valid_rate", "vps/reward_mean",
+    "spa/accuracy", "svs/skipped", "svs/skipped_total", "loss", "pg_loss", "entropy",
+    "grad_norm", "time/step")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+  p.add_argument("workdir", help="training workdir (holding metrics.jsonl) or a metrics.jsonl")
+  p.add_argument("--out", required=True, help="directory for the PNG files (created)")
+  p.add_argument("--keys", default="",
+                 help="comma-separated metric keys (default: the game's main keys present)")
+
+
+def read_metrics(path: str) -> list[dict]:
+  """The step records of a metrics.jsonl (a workdir or the file itself), in file order."""
+  if os.path.isdir(path):
+    path = os.path.join(path, "metrics.jsonl")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"no metrics file at {path} (give a training workdir or its "
+                            "metrics.jsonl)")
+  rows = []
+  with open(path) as f:
+    for i, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError:
+        raise ValueError(f"{path}:{i}: not a JSON object") from None
+      if not isinstance(row, dict) or "step" not in row:
+        raise ValueError(f"{path}:{i}: a metrics record needs a 'step' field")
+      rows.append(row)
+  if not rows:
+    raise ValueError(f"{path} holds no step records")
+  return rows
+
+
+def _is_number(v) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def default_keys(rows: Sequence[dict]) -> list[str]:
+  present = set().union(*(r.keys() for r in rows))
+  game = SVS_KEYS if "oqa/accuracy" in present else SSP_KEYS
+  keys = [k for k in game if k in present]
+  keys += sorted(k for k in present if k.startswith("val/") and k not in keys)
+  return keys
+
+
+def series(rows: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
+  """(steps, values) of the records that carry a finite number under `key`."""
+  pts = [(float(r["step"]), float(r[key])) for r in rows if _is_number(r.get(key))]
+  return [s for s, _ in pts], [v for _, v in pts]
+
+
+def plot(rows: Sequence[dict], keys: Sequence[str], out_dir: str, title: str = "") -> list[str]:
+  """One PNG per key; returns the paths written. A key no record carries raises ValueError."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  missing = [k for k in keys if not series(rows, k)[0]]
+  if missing:
+    present = sorted(set().union(*(r.keys() for r in rows)) - {"step"})
+    raise ValueError(f"no numeric values for key(s) {', '.join(missing)} in metrics.jsonl; "
+                     f"keys present: {', '.join(present[:40])}"
+                     + (" ..." if len(present) > 40 else ""))
+  os.makedirs(out_dir, exist_ok=True)
+  paths = []
+  for key in keys:
+    steps, values = series(rows, key)
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    sparse = len(steps) < len(rows) or len(steps) <= 20
+    ax.plot(steps, values, marker="o" if sparse else None, markersize=3, linewidth=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel(key)
+    ax.set_title(f"{title}: {key}" if title else key, fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(out_dir, key.replace("/", "_") + ".png")
+    fig.savefig(path)
+    plt.close(fig)
+    paths.append(path)
+  return paths
+
+
+def run(args) -> int:
+  rows = read_metrics(args.workdir)
+  keys = [k.strip() for k in args.keys.split(",") if k.strip()] or default_keys(rows)
+  if not keys:
+    raise ValueError(f"none of the default keys is in {args.workdir}; name them with --keys")
+  title = os.path.basename(os.path.normpath(args.workdir))
+  paths = plot(rows, keys, args.out, title=title)
+  print(json.dumps({"out": args.out, "steps": len(rows), "files": paths}))
+  return 0
