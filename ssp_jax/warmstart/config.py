@@ -11,8 +11,9 @@ def get_warmstart_config() -> ml_collections.ConfigDict:
                          # RAG verifier, solver); passages that support eval questions are skipped
   c.epochs = 2           # passes over the demonstrations
   c.lr = 5e-5            # AdamW learning rate (constant, no weight decay)
-  c.batch_size = 4       # rows per SFT step
-  c.bucket = 256         # rows padded to a multiple of this (few compiled shapes)
-  c.max_len = 1536       # longer demonstrations are dropped
+  c.batch_size = 2       # packed rows per SFT step
+  c.max_len = 1536       # tokens per packed row (one compiled shape); longer demonstrations
+                         # are dropped
+  c.remat = "full"       # activation recompute in the SFT step (none | full | dots ...)
   c.seed = 0             # which answers are used, and the batch order
   return c

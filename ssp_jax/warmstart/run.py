@@ -117,8 +117,8 @@ def _train_and_save(config, model_cfg, params, tokenizer, retriever, out: str) -
         f"{w.epochs} epochs of SFT", file=sys.stderr)
   t1 = time.perf_counter()
   warm, epoch_loss = sft(model_cfg, params, [d.traj for d in demos], epochs=w.epochs, lr=w.lr,
-                         batch_size=w.batch_size, bucket=w.bucket, max_len=w.max_len,
-                         seed=w.seed, compute_dtype=config.rl.compute_dtype,
+                         batch_size=w.batch_size, max_len=w.max_len,
+                         seed=w.seed, compute_dtype=config.rl.compute_dtype, remat=w.remat,
                          progress=bool(config.progress))
   os.makedirs(os.path.dirname(out), exist_ok=True)
   tmp = tempfile.mkdtemp(prefix=".warmstart-", dir=os.path.dirname(out))

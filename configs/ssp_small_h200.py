@@ -1,14 +1,15 @@
-"""SSP self-play learning run on one H200 with the embedded SmolLM2-135M-Instruct, warm-started.
+"""SSP self-play learning run on one H200 with Qwen2.5-Coder-0.5B-Instruct (offline registry parts),
+warm-started.
 
 A short run to see whether the game's signals move (valid-question rate, solver reward, searches)
 and whether held-out EM/F1 on the shipped 141 questions changes; results in docs/results.md.
-It is not the paper's setting (that is configs/ssp_qwen2_5_7b_instruct.py): a 135M policy, the
-format warm start (a difference, `warmstart.enabled`), EM solver reward (a 135M model is no judge),
+It is not the paper's setting (that is configs/ssp_qwen2_5_7b_instruct.py): a 0.5B policy, the
+format warm start (a difference, `warmstart.enabled`), EM solver reward (a 0.5B model is a poor judge),
 a BM25 index over the shipped corpus (`:root=DIR` -> DIR/bm25, built with
 `ssp-jax index build --corpus retrieval/data/wiki_sample.jsonl.gz --encoder bm25 --out DIR/bm25`).
 
-  ssp-jax train --config configs/ssp_smollm2_h200.py:root=/tmp/ssp
-  ssp-jax eval --config configs/ssp_smollm2_h200.py:root=/tmp/ssp --checkpoint RUN_DIR --out OUT
+  ssp-jax train --config configs/ssp_small_h200.py:root=/tmp/ssp
+  ssp-jax eval --config configs/ssp_small_h200.py:root=/tmp/ssp --checkpoint RUN_DIR --out OUT
 """
 import os
 
@@ -29,6 +30,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   c.checkpoint.every = 5
   c.checkpoint.keep = 2
   c.retrieval.index_dir = os.path.join(root, "bm25")
+  c.model.path = "registry:qwen2.5-coder-0.5b-instruct"
 
   r = c.rollout
   r.batch_size = 256
@@ -41,7 +43,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   r.topk = 3
 
   rl = c.rl
-  rl.lr = 3e-6                 # the paper's 1e-6 is for 7B; a 135M model moves slowly at it
+  rl.lr = 3e-6                 # the paper's 1e-6 is for 7B; a 0.5B model moves slowly at it
   rl.warmup_steps = 2
   rl.mini_batch_size = 256     # one optimizer update per step
   rl.micro_batch_size = 32
