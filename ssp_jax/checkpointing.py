@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Callable, Optional
 
 import jax
@@ -38,6 +39,15 @@ import models
 log = logging.getLogger(__name__)
 TRAIN_KEYS = ("opt_state", "rng", "step", "nonfinite", "nonfinite_total")
 META = "__meta__"
+
+
+class CheckpointCorrupt(ValueError):
+  """No checkpoint of a directory restores; the message names each step and what failed."""
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+  text = " ".join(str(e).split())
+  return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _sds(abstract: Any, shardings: Any) -> Any:
@@ -150,6 +160,37 @@ class Checkpointer:
       else:
         log.warning("checkpoint %d has no state for component %r", step, name)
     return {"params": out["params"], **out["train"]}
+
+  def restore_newest_intact(self, abstract_state: dict, shardings: dict) -> tuple[int, dict]:
+    """(step, state) of the newest checkpoint that restores, newest first. An unreadable one
+    (a truncated or missing data file, bad metadata) is named in a warning and moved aside to
+    `<step>.corrupt-<time>` (so this run can write that step again); raises CheckpointCorrupt
+    when none restores."""
+    errors = []
+    for step in sorted(self.all_steps(), reverse=True):
+      try:
+        return step, self.restore(abstract_state, shardings, step)
+      except Exception as e:  # orbax/tensorstore raise many types for a damaged file
+        reason = f"{type(e).__name__}: {_one_line(e)}"
+        errors.append(f"{step} ({reason})")
+        aside = self._move_aside(step)
+        log.warning("checkpoint %d in %s is unreadable (%s); %s; trying the previous one",
+                    step, self.directory, reason,
+                    f"moved to {aside}" if aside else "left in place")
+    raise CheckpointCorrupt(f"no checkpoint in {self.directory} restores: "
+                            + "; ".join(errors) + ". Move the directory away to start afresh")
+
+  def _move_aside(self, step: int) -> Optional[str]:
+    if jax.process_index() != 0:
+      return None
+    src = os.path.join(self.directory, str(step))
+    dst = f"{src}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+      os.rename(src, dst)
+    except OSError:
+      return None
+    self.manager.reload()
+    return dst
 
   def restore_params(self, abstract_params: Any, shardings: Any = None,
                      step: Optional[int] = None) -> Any:
