@@ -224,19 +224,42 @@ def _np_dtype(dtype) -> np.dtype:
   return np.dtype(ml_dtypes.bfloat16) if jnp.dtype(dtype) == jnp.bfloat16 else np.dtype(dtype)
 
 
+READ_CHUNK_BYTES = 32 << 20   # float32 bytes read (and for GGUF dequantised) at once
+
+
+def read_into(out: np.ndarray, src, key: str, tr: Transform, shape: Sequence[int],
+              bounds: Sequence[tuple[int, int]]) -> None:
+  """Fills `out` (the `bounds` slice of our per-layer `shape`, any dtype) from HF tensor `key`
+  in chunks along the HF row axis, so the float32 temporaries stay near READ_CHUNK_BYTES."""
+  j = tr.perm.index(tr.groups[0][0])        # our dim that HF rows feed
+  lo, hi = bounds[j]
+  per_row = 4 * int(np.prod([b - a for a, b in bounds])) // max(1, hi - lo)
+  step = max(1, READ_CHUNK_BYTES // max(1, per_row))
+  for a in range(lo, hi, step):
+    b = min(hi, a + step)
+    part = list(bounds)
+    part[j] = (a, b)
+    where = [slice(None)] * len(bounds)
+    where[j] = slice(a - lo, b - lo)
+    out[tuple(where)] = read_layer_slice(src, key, tr, shape, part)
+
+
 def _param_callback(src, hf_name, tr, full_shape, stacked, dtype):
-  """The `make_array_from_callback` callback of one param: reads the slice `index` of it."""
+  """The `make_array_from_callback` callback of one param: reads the slice `index` of it,
+  a layer and a chunk of rows at a time, straight into an array of the final dtype."""
   np_dt = _np_dtype(dtype)
   layer_shape = full_shape[1:] if stacked else full_shape
 
   def cb(index):
     if not stacked:
       bounds = _norm(index, layer_shape)
-      return read_layer_slice(src, hf_name, tr, layer_shape, bounds).astype(np_dt)
+      out = np.empty(tuple(hi - lo for lo, hi in bounds), np_dt)
+      read_into(out, src, hf_name, tr, layer_shape, bounds)
+      return out
     (l0, l1), *bounds = _norm(index, full_shape)
     out = np.empty((l1 - l0,) + tuple(hi - lo for lo, hi in bounds), np_dt)
     for l in range(l0, l1):  # one layer at a time: host memory stays at one shard
-      out[l - l0] = read_layer_slice(src, hf_name.format(i=l), tr, layer_shape, bounds)
+      read_into(out[l - l0], src, hf_name.format(i=l), tr, layer_shape, bounds)
     return out
   return cb
 
