@@ -150,7 +150,12 @@ class SafetensorsSource:
 
   def _handle(self, file: str):
     if file not in self._files:
-      self._files[file] = self._open(file)
+      try:
+        self._files[file] = self._open(file)
+      except Exception as e:  # SafetensorError (bad header, cut short), OSError
+        raise CheckpointError(f"safetensors file {file!r} is corrupt or incomplete "
+                              f"({' '.join(str(e).split())}); copy or download it "
+                              "again") from None
     return self._files[file]
 
   def keys(self) -> Iterable[str]:
@@ -321,7 +326,7 @@ def load_hf_checkpoint(path: str, *, dtype=jnp.float32, mesh: Optional[Mesh] = N
   if not os.path.isdir(path):
     raise CheckpointError(f"{path!r} is not a directory; pass a Hugging Face checkpoint "
                           "directory (config.json + *.safetensors)")
-  cfg = ModelConfig.from_hf_dir(path)
+  cfg = read_hf_config(path)
   if sharder is None and mesh is not None:
     sharder = Sharder(mesh)
   src = SafetensorsSource(path)
@@ -331,6 +336,24 @@ def load_hf_checkpoint(path: str, *, dtype=jnp.float32, mesh: Optional[Mesh] = N
   finally:
     src.close()
   return cfg, params
+
+
+def read_hf_config(path: str) -> ModelConfig:
+  """ModelConfig of an HF directory; an unreadable config.json or one missing a field the
+  model needs is one CheckpointError naming the file and the field."""
+  cfg_path = os.path.join(path, "config.json")
+  try:
+    return ModelConfig.from_hf_dir(path)
+  except json.JSONDecodeError as e:
+    raise CheckpointError(f"{cfg_path} is not valid JSON ({e}); restore the file") from None
+  except KeyError as e:
+    raise CheckpointError(f"{cfg_path} has no field {e.args[0]!r}, which a model needs; "
+                          "restore the file (save_pretrained writes it)") from None
+  except (TypeError, AttributeError, ValueError) as e:
+    if isinstance(e, CheckpointError) or type(e).__name__ == "ConfigError":
+      raise
+    raise CheckpointError(f"{cfg_path} has a field of the wrong type ({type(e).__name__}: "
+                          f"{e}); restore the file") from None
 
 
 def hf_tensors(cfg: ModelConfig, params: Params) -> Iterable[tuple[str, np.ndarray]]:
