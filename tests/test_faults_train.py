@@ -190,3 +190,34 @@ def test_signal_stops_at_a_step_boundary_and_resumes(assets, tmp_path, sig):
   if sig == signal.SIGTERM:     # the same command resumes and finishes (no step twice)
     assert cli.main(args) == 0
     assert [r["step"] for r in read_metrics(workdir)] == [1, 2, 3, 4]
+
+
+# -- export: a directory that generate and transformers load ----------------------------------
+def test_export_loads_in_generate_and_transformers(assets, tmp_path, capsys):
+  import numpy as np
+  import torch
+  import transformers
+  workdir = str(tmp_path / "run")
+  assert cli.main(fast_args(assets, workdir, 1)) == 0
+  out = tmp_path / "hf"
+  assert cli.main(["export", "--checkpoint", os.path.join(workdir, "checkpoints"),
+                   "--out", str(out)]) == 0
+  names = sorted(os.listdir(out))
+  assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} \
+      <= set(names)
+  assert {oct(os.stat(out / n).st_mode & 0o777) for n in names} == {"0o644"}
+  capsys.readouterr()
+  assert cli.main(["generate", "--checkpoint", str(out), "--prompt", "Who wrote Moby-Dick?",
+                   "--raw", "--max-new-tokens", "1"]) == 0
+  ours = json.loads(capsys.readouterr().out)
+  tok = transformers.AutoTokenizer.from_pretrained(out)
+  model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+  ids = tok("Who wrote Moby-Dick?", return_tensors="pt").input_ids
+  assert ids.shape[1] == ours["num_prompt_tokens"]
+  with torch.no_grad():
+    logits = model(ids).logits[0, -1].numpy()
+  assert int(np.argmax(logits)) == ours["token_ids"][0]     # the trained weights, both ways
+  # a checkpoint with no run config next to it and no --tokenizer is one line, exit 2
+  capsys.readouterr()
+  rc = cli.main(["export", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "x")])
+  assert _one_line_exit_2(rc, capsys.readouterr().err)
