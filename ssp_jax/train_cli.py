@@ -16,9 +16,8 @@ from ssp_jax import config_loader
 
 DEFAULT_CONFIG = config_loader.repo_path("configs", "tiny.py")
 MIN_FREE_BYTES = 64 << 20   # below this the first checkpoint or metrics line cannot be written
-DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)
-DISK_TEXTS = ("No space left on device", "Read-only file system", "Permission denied",
-              "Disk quota exceeded")
+DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+DISK_TEXTS = ("No space left on device", "Read-only file system", "Disk quota exceeded")
 
 
 class SetupError(ValueError):
@@ -108,7 +107,7 @@ def prepare_workdir(config, write: bool = True) -> None:
         f.write(config.to_json_best_effort(indent=2))
       os.replace(tmp, os.path.join(workdir, "config.json"))
   except OSError as e:
-    reason = disk_error(e) or f"{type(e).__name__}: {e}"
+    reason = disk_error(e) or e.strerror or f"{type(e).__name__}: {e}"
     raise SetupError(f"workdir {workdir!r} is not writable ({reason}); set --config.workdir to "
                      "a writable directory") from None
 
