@@ -17,11 +17,22 @@ Local files under `root` (nothing is downloaded at run time):
                                          --encoder models/e5-base-v2 --out indexes/e5_wiki18_flat`
   corpus/wiki-18.jsonl                  the Search-R1 Wikipedia 2018 dump ({"id", "contents"})
   data/train_answers_random_hop_50000_proposer.jsonl   the 50k-answer set of the paper
+  models/Qwen2.5-32B-Instruct/          the RAG verifier and LLM judge of the paper (App. A), run
+                                         frozen on the same mesh (its memory beside the 7B run is
+                                         not checked by launch/aot_compile.py; not yet run)
+  data/qa/<dataset>.jsonl               the seven QA test sets (FlashRAG JSONL) for eval
 Or serve the index elsewhere (`ssp-jax retrieve`) and pass --config.retrieval.url=http://host:8000.
+Or serve the 32B judge beside the job, as the original does (vLLM/SGLang/JetStream with an
+OpenAI-compatible API), and pass
+  --config.ssp.judge.source=http://judge-host:8000/v1 --config.ssp.rag.verifier=http://judge-host:8000/v1
+  --config.ssp.judge.model=Qwen/Qwen2.5-32B-Instruct          (the served model's name)
 
-Expected: the proposer's valid-question rate rises over the first tens of steps and the solver's
-average score on the seven QA benchmarks (greedy, `ssp-jax eval`) improves by about 8 points over
-the base model after 200 steps (paper Table 1: 8.0 average points).
+What a run should show: the proposer's valid-question rate rising over the first tens of steps.
+The paper reports +8.0 average points on the seven QA benchmarks for this setting (Table 1); no
+run of this config in this project has reproduced or measured that yet.
+
+Deliberate differences from the original that remain here are listed in docs/training.md
+("Differences from the original").
 """
 import ml_collections
 
@@ -52,6 +63,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   r.temperature = 1.0                 # paper: rollout temperature 1.0
   r.max_searches = 10                 # paper: at most 10 searches per trajectory
   r.topk = 3                          # paper: E5 top-3 documents per search
+  r.max_obs_tokens = 0                # original: observations spliced untruncated
 
   rl = c.rl
   rl.lr = 1e-6                        # paper: learning rate 1e-6
@@ -63,6 +75,11 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   rl.micro_batch_size = 8             # multiple of the data axis (8 on TPU, 2 on GPU)
   rl.proposer_estimator = "reinforce" # paper: proposer REINFORCE (n=1)
   rl.solver_estimator = "grpo"        # paper: solver GRPO (n=5)
+  rl.update_schedule = "proposer_then_solver"   # original: proposer update (1 optimizer step),
+                                      # then the solver's (2) with old log-probs recomputed;
+                                      # LR schedule steps once per update call
+  # TODO(lead, at the merge of i17-pack): rl.loss_agg = "seq-mean-token-mean" -- the original's
+  # veRL loss with one sequence per micro-batch (mean over sequences of per-sequence token means).
 
   s = c.ssp
   s.batch_size = 256                  # paper: global batch 256
@@ -72,11 +89,16 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   s.fill.strategy = "replay"          # paper: replay buffer with periodic reset ...
   s.fill.reset_every = 10             # ... every 10 steps
   s.rag.noise_docs = 4                # paper: 4 noise documents in RAG verification
-  s.rag.verifier = "policy"           # the paper's App. A uses Qwen2.5-32B-Instruct: set
-                                      # --config.ssp.rag.verifier={root}/models/Qwen2.5-32B-Instruct
+  judge_model = f"{root}/models/Qwen2.5-32B-Instruct"   # paper App. A: verifier and judge
+  s.rag.verifier = judge_model        # the 32B model answers from the materials (original)
+  s.rag.use_judge = True              # original: verifier EM misses go to the judge
+  s.judge.source = judge_model        # one frozen copy serves both (loaded once)
+  s.judge.model = "Qwen/Qwen2.5-32B-Instruct"   # the served name when the sources are a URL
   s.reward.solver = "em_then_judge"   # binary EM, then the LLM judge for non-matches
+  s.reward.spam_max_tags = 10         # original: > 10 answer tags divides the reward by 4
   s.reward.invalid_proposal = 0.0     # paper B.3: -0.1 collapses training
 
+  c.eval.judge = "ssp"                # report judge accuracy (the paper's metric) besides EM/F1
   c.eval.every_steps = 0              # set to 5 (original test_freq) with local QA files:
   c.eval.datasets = ml_collections.ConfigDict({
       name: f"{root}/data/qa/{name}.jsonl" for name in (

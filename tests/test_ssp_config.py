@@ -54,3 +54,45 @@ def test_tiny_is_valid_and_paper_config_has_the_table(tmp_path):
     validate_config(c)
   with pytest.raises(ValueError, match="tpu|gpu"):
     CL.load_config_file(f"{PAPER}:h100")
+
+
+def test_paper_config_uses_the_external_judge_and_the_original_schedule(tmp_path):
+  c = CL.load_config_file(f"{PAPER}:gpu,root={tmp_path}")
+  judge = f"{tmp_path}/models/Qwen2.5-32B-Instruct"
+  assert (c.ssp.rag.verifier, c.ssp.judge.source) == (judge, judge)
+  assert c.ssp.rag.use_judge is True and c.eval.judge == "ssp"
+  assert c.ssp.reward.solver == "em_then_judge" and c.ssp.reward.spam_max_tags == 10
+  assert c.rl.update_schedule == "proposer_then_solver"
+  assert c.rollout.max_obs_tokens == 0          # the original splices observations uncut
+
+
+def test_endpoint_sources_need_a_model_name_and_a_known_schedule():
+  cfg = CL.load_config_file(TINY)
+  CL.apply_overrides(cfg, [("ssp.judge.source", "http://127.0.0.1:9/v1"),
+                           ("ssp.rag.verifier", "https://judge.example/v1")])
+  with pytest.raises(ConfigError, match=r"ssp.rag.verifier=.*ssp.judge.model is empty"):
+    validate_config(cfg)
+  CL.apply_overrides(cfg, [("ssp.judge.model", "Qwen/Qwen2.5-32B-Instruct")])
+  validate_config(cfg)                          # URLs are not local paths: no existence check
+  CL.apply_overrides(cfg, [("rl.update_schedule", "solver_first")])
+  with pytest.raises(ConfigError, match="rl.update_schedule"):
+    validate_config(cfg)
+  cfg = CL.load_config_file(TINY)
+  CL.apply_overrides(cfg, [("ssp.judge.source", "/no/such/32b")])
+  with pytest.raises(ConfigError, match="ssp.judge.source.*does not exist"):
+    validate_config(cfg)
+
+
+def test_observation_cap_zero_keeps_the_whole_observation():
+  from ssp_jax.rollout.observations import observation_ids
+
+  class Chars:    # one token per character
+    def encode(self, text):
+      return [ord(ch) for ch in text]
+
+  body = "Doc 1 (Title: A) " + "x" * 400
+  full = observation_ids(Chars(), body, 0)
+  assert "".join(map(chr, full)).endswith("</information>\n\n") and "x" * 400 in \
+      "".join(map(chr, full))
+  cut = observation_ids(Chars(), body, 100)
+  assert len(cut) == 100 and len(full) > 400

@@ -19,9 +19,12 @@ from retrieval.base import RetrieverError
 from ssp_jax.rollout import RolloutEngine, get_rollout_config
 from ssp_jax.rollout.observations import run_searches
 from ssp_jax.ssp import game as G
+from ssp_jax.ssp import prompts as prompts_lib
 from ssp_jax.ssp import rewards
+from ssp_jax.ssp.remote import OpenAIChat
 from ssp_jax.ssp.answers import AnswerItem
 from ssp_jax.ssp.config import get_ssp_config
+from ssp_jax.testing.chat_stub import ChatStub
 from ssp_jax.testing.small_retriever import SmallBM25Retriever
 from ssp_jax.testing.tiny_checkpoint import load_params, make_tiny_checkpoint
 from ssp_jax.tokenizer import load_tokenizer
@@ -206,12 +209,26 @@ def test_retriever_outage_is_failed_searches_and_a_metric(world):
 def test_resample_strategy_and_grpo_proposer(world):
   eng = world["engine"]
   # dynamic resampling: a second proposer round tops the batch up with fresh questions
-  game = G.SSPGame(ssp_cfg(fill=dict(strategy="resample", max_resample_rounds=3,
-                                     reset_every=10, max_solve_rate=1.0, capacity=100)),
-                   world["rl"], eng, ANSWERS, verifier=OracleReader(eng))
+  cfg = ssp_cfg(fill=dict(strategy="resample", max_resample_rounds=3, reset_every=10,
+                          max_solve_rate=1.0, capacity=100))
+  cfg.samples_per_step = 6
+  game = G.SSPGame(cfg, world["rl"], eng, ANSWERS, verifier=OracleReader(eng))
   out = game.play(world["params"], 0, jax.random.PRNGKey(5))
   assert out.metrics["proposer/num"] == 6 and out.metrics["batch/fresh"] == 3
   assert out.metrics["batch/dummy"] == 0
+  # round 2 brings 4 valid questions for a target of 3: the 4th is never solved, so it must
+  # not be trained (it would carry a reward of 0 that no solver attempt produced)
+  assert out.metrics["proposer/valid_rate"] == pytest.approx(4 / 6)
+  assert out.metrics["proposer/untrained_extra"] == 1
+  solved = {t.meta["problem"] for t in out.trajectories if t.meta.get("role") == "solver"}
+  assert solved == {0, 1, 2}
+  proposer_rows = [t for t, r in zip(out.trajectories, out.roles) if r == G.PROPOSER]
+  assert len(proposer_rows) == 5
+  samples = [s for s in out.samples if s["kind"] == "proposal"]
+  trained_valid = [s for s in samples if s["valid"] and s["trained"]]
+  assert len(trained_valid) == 3 and all("solve_rate" in s for s in trained_valid)
+  assert [s["trained"] for s in samples if s["valid"]] == [True] * 3 + [False]
+  assert [s["proposer_reward"] for s in samples if not s["trained"]] == [None]
   # GRPO for the proposer (paper B.5): 2 proposals per answer form a group
   rl = world["rl"].copy_and_resolve_references()
   rl.proposer_estimator = "grpo"
@@ -224,7 +241,10 @@ def test_resample_strategy_and_grpo_proposer(world):
 
 
 def test_policy_as_verifier_and_judge(world):
-  """The paper's setting: the policy itself verifies (no search) and judges."""
+  """The policy itself as RAG verifier (no search) and judge: this project's default, NOT the
+  paper's setting (the paper and the original code use Qwen2.5-32B-Instruct for both; see
+  `test_external_judge_and_verifier_turn_results_around`). A random policy seldom writes an
+  `<answer>`, so the judge may never be asked here: this test only checks the plumbing."""
   eng = world["engine"]
   params_fn = lambda: world["params"]
   verifier = G.PolicyText(eng.engine, params_fn, seed=1)
@@ -240,3 +260,87 @@ def test_policy_as_verifier_and_judge(world):
   # a random policy cannot read the materials: every question is rejected, none accepted
   assert reasons <= {"answer_in_question", "rag_mismatch", "verifier_no_answer"}
   assert out.metrics["proposer/valid_rate"] == 0.0
+  assert out.metrics["judge/failed"] == 0
+
+
+PARAPHRASE = ", as the documents say"   # makes an answer miss EM; the stub judge accepts it
+
+
+class ScriptedSolver(ScriptedProposer):
+  """Also scripts the solver: it answers each question with its ground truth + PARAPHRASE (an
+  EM miss that a judge should accept) and the dummy question with a wrong word."""
+
+  def generate(self, params, prompts, rng, *, stop=None, **kw):
+    if tuple(stop or ()) == G.SOLVER_STOPS:
+      return [self._solve(m) for m in prompts]
+    return super().generate(params, prompts, rng, stop=stop, **kw)
+
+  def _solve(self, messages) -> Trajectory:
+    q = messages[-1]["content"].rsplit("Question: ", 1)[1].strip()
+    gt = self.questions.get(q)
+    text = f"<think> ok </think><answer> {gt}{PARAPHRASE} </answer>" if gt else \
+        "<think> ok </think><answer> nothing </answer>"
+    ids = self.tok.encode(text)
+    return Trajectory(self.tok.prompt_ids(messages), ids, [1] * len(ids), [-1.0] * len(ids),
+                      text=text, stop_reason="answer")
+
+
+def stub_reply(proposer):
+  """The served 32B model, scripted: as RAG verifier it answers with the ground truth +
+  PARAPHRASE when the ground truth is in the materials; as judge it says Correct exactly for
+  answers that carry PARAPHRASE."""
+  def reply(messages):
+    system, user = messages[0]["content"], messages[-1]["content"]
+    if system == prompts_lib.JUDGE_SYSTEM:
+      return "Correct" if PARAPHRASE.strip(", ") in user else "Wrong"
+    assert system == prompts_lib.VERIFIER_SYSTEM, system
+    gt = proposer.questions[user.rsplit("Question: ", 1)[1].strip()]
+    return f"<answer>{gt}{PARAPHRASE}</answer>" if gt in user else "<answer>unknown</answer>"
+  return reply
+
+
+def test_external_judge_and_verifier_turn_results_around(world):
+  """The paper's setting: a served model (a real HTTP stub of an OpenAI-compatible endpoint)
+  verifies and judges; the judge turns a verifier's EM miss into a valid question and a
+  solver's EM miss into reward 1, inside a whole SSP step."""
+  eng = ScriptedSolver(world["engine"].engine, world["tok"], world["engine"].retriever)
+  with ChatStub(stub_reply(eng)) as stub:
+    chat = OpenAIChat(stub.url, "Qwen2.5-32B-Instruct", retries=0)
+    results = {}
+    for use_judge in (False, True):
+      s = ssp_cfg()
+      s.reward.solver = "em_then_judge" if use_judge else "em"
+      s.rag.use_judge = use_judge
+      game = G.SSPGame(s, world["rl"], eng, ANSWERS, verifier=chat,
+                       judge=rewards.Judge(chat) if use_judge else None)
+      results[use_judge] = game.play(world["params"], 0, jax.random.PRNGKey(8))
+    no_judge, judged = results[False], results[True]
+    # without the judge every verifier answer misses EM: no valid question, only dummies
+    assert no_judge.metrics["proposer/valid_rate"] == 0.0
+    assert no_judge.metrics["proposer/reject/rag_mismatch"] == pytest.approx(2 / 3)
+    # with it the two answerable questions pass and their solver EM misses are judged correct
+    m = judged.metrics
+    assert m["proposer/valid_rate"] == pytest.approx(2 / 3)
+    assert (m["batch/fresh"], m["batch/dummy"]) == (2, 1)
+    solver_r = [t.meta["reward"] for t in judged.trajectories if t.meta.get("role") == "solver"]
+    assert solver_r == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    props = [p for p in judged.samples if p["kind"] == "proposal" and p["valid"]]
+    for t in judged.trajectories[3:7]:   # each of them an EM miss against its ground truth
+      assert rewards.solver_score(t.text, props[t.meta["problem"]]["answer"], "em")[0] == 0.0
+    assert [p["proposer_reward"] for p in props] == [0.0, 0.0]     # 1 - solve rate 1
+    # judge: 2 verifier answers + 6 solver answers asked; the dummy's 2 judged wrong
+    assert (m["judge/asked"], m["judge/correct"], m["judge/failed"]) == (8, 6, 0)
+    kinds = [r["messages"][0]["content"] for r in stub.requests]
+    assert kinds.count(prompts_lib.VERIFIER_SYSTEM) == 2 + 2    # both runs verify 2 questions
+    assert all(r["model"] == "Qwen2.5-32B-Instruct" for r in stub.requests)
+    # the endpoint goes down: verification fails closed, the judge's failures are counted and
+    # the step still finishes
+    stub.status = 503
+    s = ssp_cfg()
+    s.reward.solver, s.rag.use_judge = "em_then_judge", True
+    game = G.SSPGame(s, world["rl"], eng, ANSWERS, verifier=chat, judge=rewards.Judge(chat))
+    out = game.play(world["params"], 0, jax.random.PRNGKey(9))
+  assert out.metrics["proposer/reject/verifier_error"] == pytest.approx(2 / 3)
+  assert out.metrics["batch/dummy"] == 3
+  assert out.metrics["judge/failed"] == out.metrics["judge/asked"] == 6
+  assert out.metrics["solver/reward_mean"] == 0.0

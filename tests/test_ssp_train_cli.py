@@ -123,3 +123,26 @@ def test_tiny_config_end_to_end_subprocess(tmp_path):
   cmd[-1] = "--config.total_steps=2"
   subprocess.run(cmd, check=True, cwd=REPO, env=env, timeout=3000)
   check_outputs(workdir, 2)
+
+
+def test_train_with_endpoint_judge_and_proposer_then_solver(assets, tmp_path):
+  """The paper config's switches through the real CLI: verifier and judge behind an endpoint
+  URL (a local HTTP stub), rag.use_judge, and the original's update schedule."""
+  from ssp_jax.testing.chat_stub import ChatStub
+  workdir = str(tmp_path / "run")
+  with ChatStub(lambda messages: "Wrong") as stub:
+    args = fast_args(assets, workdir, 1) + [
+        f"--config.ssp.judge.source={stub.url}", f"--config.ssp.rag.verifier={stub.url}",
+        "--config.ssp.judge.model=served-judge", "--config.ssp.rag.use_judge=true",
+        "--config.ssp.reward.solver=em_then_judge",
+        "--config.rl.update_schedule=proposer_then_solver"]
+    assert cli.main(args) == 0
+  check_outputs(workdir, 1)
+  row = read_metrics(workdir)[0]
+  # tiny config: 2 proposals, 2 problems x 2 attempts, mini-batch 64 prompts x 2 rows:
+  # one proposer step, then one solver step
+  assert (row["updates/proposer"], row["updates/solver"], row["updates"]) == (1, 1, 2)
+  assert row["learner/updates_total"] == 2
+  assert {"judge/asked", "judge/correct", "judge/failed"} <= set(row)
+  assert row["judge/failed"] == 0
+  assert all(r["model"] == "served-judge" for r in stub.requests)

@@ -13,6 +13,8 @@ import ml_collections
 # Role ids used in batches (`batch["role"]`) and in `role_loss_weights`.
 ROLES = ("proposer", "solver")
 ROLE_IDS = {name: i for i, name in enumerate(ROLES)}
+# How one step's batch becomes optimizer updates (`Learner.update` / `Learner.update_by_role`).
+UPDATE_SCHEDULES = ("fused", "proposer_then_solver")
 
 
 def get_rl_config() -> ml_collections.ConfigDict:
@@ -42,6 +44,15 @@ def get_rl_config() -> ml_collections.ConfigDict:
   c.role_loss_weights = ml_collections.ConfigDict(
       {name: 1.0 for name in ROLES})  # per-role multiplier of each sequence's loss weight
   # -- batching -------------------------------------------------------------------------------
+  c.update_schedule = "fused"  # "fused": one update call over both roles (one old-log-prob pass,
+                               # then ceil(prompts / mini_batch_size) optimizer steps, the LR
+                               # schedule stepping per optimizer step) -- a difference from the
+                               # original. "proposer_then_solver": the original's two update
+                               # calls (proposer, then the solver with its old log-probs
+                               # recomputed after the proposer's update; each role's mini-batch
+                               # holds mini_batch_size x largest-group rows, veRL's
+                               # ppo_mini_batch_size x rollout.n; the LR schedule steps once per
+                               # call, veRL's lr_scheduler.step() in update_actor)
   c.mini_batch_size = 128      # prompts per optimizer update (256 prompts -> 2 updates)
   c.shuffle_mini_batches = False  # deal prompts to mini-batches in a seeded random order
   c.micro_batch_size = 8       # sequences per gradient-accumulation step, whole mesh (must be a

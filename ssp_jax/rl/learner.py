@@ -328,11 +328,16 @@ class Learner:
     out = np.asarray(jax.device_get(self._logprob(self.state["params"], tok)))
     return out.reshape(-1, out.shape[-1])[:n]
 
-  def update(self, batch: dict, *, num_prompts: Optional[int] = None) -> list[dict[str, float]]:
-    """Runs ceil(prompts / rl.mini_batch_size) updates over `batch` (see `ssp_jax.rl.batch`).
+  def update(self, batch: dict, *, num_prompts: Optional[int] = None,
+             num_mini_batches: Optional[int] = None,
+             lr_once: bool = False) -> list[dict[str, float]]:
+    """One update call: old log-probs (when rl.recompute_old_logp), then one optimizer step per
+    mini-batch: `num_mini_batches`, or ceil(prompts / rl.mini_batch_size) (see `ssp_jax.rl.batch`).
 
-    The first mini-batch is on-policy; later ones see a moved policy and are clipped. Returns
-    one metrics dict per update.
+    The first mini-batch is on-policy; later ones see a moved policy and are clipped. With
+    `lr_once` every step of the call uses the same learning rate and the LR schedule advances
+    by one for the whole call (veRL steps its scheduler once per update_actor call); otherwise
+    it advances per optimizer step. Returns one metrics dict per update (with its `lr`).
     """
     batch = dict(batch)
     roles = np.unique(batch["role"])
@@ -341,15 +346,74 @@ class Learner:
     if self.rl.recompute_old_logp:
       batch["old_logp"] = np.where(batch["loss_mask"] > 0, self.logprobs(batch), 0.0)
     prompts = np.unique(batch["prompt"][batch["prompt"] >= 0]).size
-    k = batch_lib.num_mini_batches(num_prompts or prompts, self.rl.mini_batch_size)
+    k = num_mini_batches or batch_lib.num_mini_batches(num_prompts or prompts,
+                                                       self.rl.mini_batch_size)
     step = int(jax.device_get(self.state["step"]))
     seed = self.rl.seed * 1_000_003 + step if self.rl.shuffle_mini_batches else None
-    out = []
-    for mb in batch_lib.split_mini_batches(batch, k, row_multiple=self.sc.micro_batch_size,
-                                           seed=seed):
+    lr_fn = ts.lr_schedule(self.rl.lr, self.rl.warmup_steps)
+    count0 = self._schedule_count()
+    out, lrs = [], []
+    for i, mb in enumerate(batch_lib.split_mini_batches(
+        batch, k, row_multiple=self.sc.micro_batch_size, seed=seed)):
+      if lr_once:
+        self._set_schedule_count(count0)
+      lrs.append(float(lr_fn(count0 if lr_once else count0 + i)))
       self.state, metrics = self._step(self.state, self.ref_params, self.put(mb))
       out.append(metrics)
-    return [{k: float(v) for k, v in jax.device_get(m).items()} for m in out]
+    if lr_once and out:
+      self._set_schedule_count(count0 + 1)
+    return [dict({k: float(v) for k, v in jax.device_get(m).items()}, lr=lr)
+            for m, lr in zip(out, lrs)]
+
+  def update_by_role(self, batch: dict, *, order: tuple[int, ...] = (0, 1),
+                     rows_per_mini_batch: Optional[int] = None) -> dict[str, list[dict]]:
+    """The original SSP schedule (`rl.update_schedule="proposer_then_solver"`): one update call
+    per role in `order` (proposer, then solver), each recomputing its old log-probs with the
+    weights the previous call left, the LR schedule stepping once per call.
+
+    A role's rows are split into ceil(rows / rows_per_mini_batch) mini-batches (prompts kept
+    whole); the default, rl.mini_batch_size x the largest prompt group in `batch`, is veRL's
+    ppo_mini_batch_size x rollout.n (SSP paper setting: proposer 256 rows -> 1 step, solver
+    1280 rows -> 2). Returns {role name: metrics of its updates}; roles without rows are skipped.
+    """
+    prompt = batch["prompt"]
+    if rows_per_mini_batch is None:
+      _, sizes = np.unique(prompt[prompt >= 0], return_counts=True)
+      rows_per_mini_batch = self.rl.mini_batch_size * int(sizes.max(initial=1))
+    out = {}
+    for role in order:
+      idx = np.flatnonzero((batch["role"] == role) & (prompt >= 0))
+      if not idx.size:
+        continue
+      sub = batch_lib.take_rows(batch, idx)
+      k = max(1, int(math.ceil(idx.size / rows_per_mini_batch)))
+      out[ROLES[role]] = self.update(sub, num_mini_batches=k, lr_once=True)
+    return out
+
+  def _schedule_states(self) -> list:
+    is_sched = lambda x: isinstance(x, optax.ScaleByScheduleState)
+    return [x for x in jax.tree.leaves(self.state["opt_state"], is_leaf=is_sched)
+            if is_sched(x)]
+
+  def _schedule_count(self) -> int:
+    """The LR schedule's position (optax's ScaleByScheduleState count; Adam's own step count,
+    used for bias correction, is separate and always counts optimizer steps)."""
+    states = self._schedule_states()
+    if len(states) != 1:
+      raise RuntimeError(f"expected one LR schedule state in the optimizer, found {len(states)}")
+    return int(jax.device_get(states[0].count))
+
+  def _set_schedule_count(self, value: int) -> None:
+    is_sched = lambda x: isinstance(x, optax.ScaleByScheduleState)
+
+    def put(x):
+      if not is_sched(x):
+        return x
+      sh = x.count.sharding
+      return x._replace(count=jax.make_array_from_callback(
+          (), sh, lambda idx: np.asarray(value, np.int32)))
+    self.state = dict(self.state, opt_state=jax.tree.map(put, self.state["opt_state"],
+                                                         is_leaf=is_sched))
 
   def should_stop(self) -> bool:
     """True after rl.max_nonfinite_steps consecutive skipped updates (checkpoint, then stop)."""

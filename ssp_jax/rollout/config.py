@@ -28,7 +28,9 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.search_open = "<search>"    # the query is the text between the last search_open and
   c.search_close = "</search>"  # search_close (a stop string that triggers the retriever)
   c.max_searches = 10           # per trajectory; the next "</search>" ends it as max_searches
-  c.max_obs_tokens = 512        # per observation (docs are cut, the closing tag is kept)
+  c.max_obs_tokens = 512        # per observation (docs are cut, the closing tag is kept); 0 =
+                                # uncut. A difference: the original (veRL + SGLang) splices the
+                                # top-k documents untruncated (only the response budget caps them)
   c.topk = 3                    # documents per search
   c.search_timeout_s = 60.0     # a slower retriever call fails (observation says so, counted)
   return c

@@ -47,9 +47,9 @@ def _call_retriever(retriever, queries: list[str], topk: int,
 
 def observation_ids(tokenizer: Tokenizer, body: str, max_tokens: int) -> list[int]:
   """Tokens of `\\n<information>\\n{body}</information>\\n\\n`, the body cut so that the whole
-  observation fits in `max_tokens` (the closing tag is always kept)."""
+  observation fits in `max_tokens` (the closing tag is always kept); `max_tokens <= 0`: uncut."""
   ids = tokenizer.encode(pf.observation_text(body))
-  if len(ids) <= max_tokens:
+  if max_tokens <= 0 or len(ids) <= max_tokens:
     return ids
   tail = tokenizer.encode("\n" + pf.OBS_SUFFIX)
   head = tokenizer.encode(pf.OBS_PREFIX + body)

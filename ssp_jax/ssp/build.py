@@ -1,6 +1,6 @@
 """Builds everything a training run needs from its config, in dependency order:
 mesh -> model + tokenizer -> learner (train state) -> retriever -> rollout engine -> verifier and
-judge -> game -> checkpointer (restoring the latest checkpoint) -> optional in-training eval."""
+judge (the policy, a frozen checkpoint on the same mesh, or an OpenAI-compatible endpoint) -> game -> checkpointer (restoring the latest checkpoint) -> optional in-training eval."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +13,7 @@ import jax
 import models
 from ssp_jax.rl import train_state as ts
 from ssp_jax.ssp import game as game_lib
-from ssp_jax.ssp import rewards
+from ssp_jax.ssp import remote, rewards
 from ssp_jax.ssp.answers import default_answers_path, load_answers
 
 log = logging.getLogger(__name__)
@@ -77,13 +77,24 @@ def make_retriever(rcfg):
   return retrieval.load_retriever(rcfg.index_dir or retrieval.default_index_dir())
 
 
-def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed: int):
-  """The policy (source "policy") or a frozen checkpoint at `source`, as a TextGenerator."""
+def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed: int,
+                    frozen_cache: Optional[dict] = None):
+  """The policy (source "policy"), an OpenAI-compatible endpoint (an http(s) URL, served model
+  `ssp.judge.model`) or a frozen checkpoint at `source`, as a TextGenerator. A checkpoint used
+  by both the verifier and the judge is loaded once (`frozen_cache`)."""
   if source == "policy":
     return game_lib.PolicyText(policy_engine, params_fn, seed)
-  from ssp_jax.rollout import RolloutEngine
-  cfg, params, tok = load_model(source, sharder, config.rollout.dtype, config.model.chat_format)
-  engine = RolloutEngine(cfg, tok, config.rollout, None, sharder)
+  if remote.is_url(source):
+    j = config.ssp.judge
+    return remote.OpenAIChat(source, j.model, timeout_s=j.timeout_s, retries=j.retries,
+                             max_concurrency=j.max_concurrency)
+  frozen_cache = {} if frozen_cache is None else frozen_cache
+  if source not in frozen_cache:
+    from ssp_jax.rollout import RolloutEngine
+    cfg, params, tok = load_model(source, sharder, config.rollout.dtype,
+                                  config.model.chat_format)
+    frozen_cache[source] = (RolloutEngine(cfg, tok, config.rollout, None, sharder), params)
+  engine, params = frozen_cache[source]
   return game_lib.PolicyText(engine, lambda: params, seed)
 
 
@@ -97,21 +108,25 @@ def build(config) -> Components:
   sharder = make_sharder(config)
   model_cfg, params, tokenizer = load_model(config.model.path, sharder, config.rl.param_dtype,
                                             config.model.chat_format)
+  retriever = make_retriever(config.retrieval)
+  if config.warmstart.enabled:     # the run starts from (and its KL reference is) these params
+    from ssp_jax.warmstart.run import warm_params
+    params = warm_params(config, model_cfg, params, tokenizer, retriever, sharder=sharder)
   learner = Learner(model_cfg, config.rl, sharder, params=params)
   frozen = None
   if config.ssp.mode != "selfplay":   # the fixed opponent keeps the initial weights
     frozen = learner.ref_params if learner.ref_params is not None else params
   del params
-  engine = RolloutEngine(model_cfg, tokenizer, config.rollout, make_retriever(config.retrieval),
-                         sharder)
+  engine = RolloutEngine(model_cfg, tokenizer, config.rollout, retriever, sharder)
   policy = lambda: learner.state["params"]
+  frozen_cache: dict = {}
   verifier = _text_generator(config.ssp.rag.verifier, engine, policy, config, sharder,
-                             config.seed + 1)
+                             config.seed + 1, frozen_cache)
   judge = None
   if config.ssp.reward.solver in ("judge", "em_then_judge") or config.ssp.rag.use_judge or \
       config.eval.judge:
     judge = rewards.Judge(_text_generator(config.ssp.judge.source, engine, policy, config,
-                                          sharder, config.seed + 2),
+                                          sharder, config.seed + 2, frozen_cache),
                           max_new_tokens=config.ssp.judge.max_new_tokens,
                           temperature=config.ssp.judge.temperature)
   game = game_lib.SSPGame(config.ssp, config.rl, engine, answers, verifier=verifier, judge=judge)

@@ -34,13 +34,23 @@ def get_ssp_config() -> ml_collections.ConfigDict:
   c.rag = ml_collections.ConfigDict()
   c.rag.enabled = True          # False: rule filters only (paper's "w/o RAG" ablation)
   c.rag.noise_docs = 4          # other trajectories' materials mixed in (paper: 0/1/4/7)
-  c.rag.verifier = "policy"     # "policy" (paper) or a local checkpoint path (frozen verifier)
+  c.rag.verifier = "policy"     # who answers from the materials: "policy" (this project's
+                                # default, a difference: the original asks its external judge
+                                # model, Qwen2.5-32B-Instruct in the paper), a local checkpoint
+                                # path (frozen JAX model), or an OpenAI-compatible endpoint URL
+                                # http://host:port/v1 (served model: judge.model)
   c.rag.max_new_tokens = 256    # verifier budget (short reasoning + <answer>)
   c.rag.temperature = 0.1       # original judge-model sampling temperature
-  c.rag.use_judge = False       # EM misses go to the judge too (original code: True)
+  c.rag.use_judge = False       # EM misses go to the judge too (original code: True; a
+                                # difference by default because the default judge is the policy)
 
   c.judge = ml_collections.ConfigDict()
-  c.judge.source = "policy"     # "policy" or a local checkpoint path (original: a 32B model)
+  c.judge.source = "policy"     # "policy", a local checkpoint path, or an OpenAI-compatible
+                                # endpoint URL (original: Qwen2.5-32B-Instruct served by vLLM)
+  c.judge.model = ""            # served model name sent to a URL source (judge and verifier)
+  c.judge.timeout_s = 30.0      # per HTTP request to a URL source (original OpenAI client: 30 s)
+  c.judge.retries = 3           # retries on connection errors, timeouts, 5xx (original: 3)
+  c.judge.max_concurrency = 32  # requests in flight to a URL source
   c.judge.max_new_tokens = 10
   c.judge.temperature = 0.1
 
@@ -48,7 +58,8 @@ def get_ssp_config() -> ml_collections.ConfigDict:
   c.reward.solver = "em_then_judge"   # em | f1 | judge | em_then_judge
   c.reward.proposer = "1-acc"         # 1-acc | intermediate_difficulty
   c.reward.invalid_proposal = 0.0     # reward of a rejected proposal (paper: -0.1 collapses)
-  c.reward.spam_max_tags = 0          # >0: more answer tags than this divides the reward by 4
+  c.reward.spam_max_tags = 10         # more answer tags than this divides the reward by 4
+                                      # (original: always on at 10); 0 turns the rule off
 
   c.fill = ml_collections.ConfigDict()
   c.fill.strategy = "replay"    # replay | full_reuse | dummy | resample (paper B.1)
@@ -95,6 +106,8 @@ def base_run_config() -> ml_collections.ConfigDict:
   c.checkpoint.keep = 3         # checkpoints kept
   c.checkpoint.async_save = True
 
+  from ssp_jax.warmstart import get_warmstart_config
+  c.warmstart = get_warmstart_config()  # format SFT before self-play (small models; not paper)
   c.rollout = get_rollout_config()
   c.rl = get_rl_config()
   c.ssp = get_ssp_config()

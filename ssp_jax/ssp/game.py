@@ -64,6 +64,7 @@ class Proposal:
   reason: Optional[str] = None        # rule/RAG rejection reason; None = valid
   verdict: Optional[rag.Verdict] = None
   reward: float = 0.0
+  trained: bool = True                # False: a valid proposal beyond the batch target (resample)
 
 
 @dataclasses.dataclass
@@ -181,16 +182,24 @@ class SSPGame:
     for gen in (self.verifier, getattr(self.judge, "generator", None)):
       if hasattr(gen, "set_step"):
         gen.set_step(step)
+    if self.judge is not None:
+      self.judge.reset_counts()
     mode = self.cfg.mode
     frozen = params if frozen_params is None else frozen_params
     k_prop, k_solve = jax.random.split(jax.random.fold_in(key, step))
     self.buffer.maybe_reset(step)
     proposals, valid = self.collect_problems(frozen if mode == "solver_only" else params, step,
                                              k_prop)
+    target = self.cfg.batch_size * self.cfg.proposer_n
+    # Resampling rounds can yield more valid questions than the batch holds; those beyond the
+    # target are never solved, so they have no proposer reward and are left out of training
+    # (the original truncates its dynamically sampled batch the same way).
+    for p in valid[target:]:
+      p.trained = False
+    valid = valid[:target]
     fresh = [replay.Problem(p.question, p.item.ground_truth, p.item.hops, None, step, "fresh")
              for p in valid]
-    target = self.cfg.batch_size * self.cfg.proposer_n
-    problems = replay.fill(fresh[:target], target, self.cfg.fill.strategy, self.buffer,
+    problems = replay.fill(fresh, target, self.cfg.fill.strategy, self.buffer,
                            np.random.default_rng([self.cfg.seed, step, 2]), step)
     solver_trajs, solver_r, rates = self.solve(
         frozen if mode == "proposer_only" else params, problems, k_solve)
@@ -215,7 +224,7 @@ class SSPGame:
     if self.cfg.mode != "solver_only":
       # a proposal's group is the answer it came from
       items += [(p.traj, p.reward, i // self.cfg.proposer_n, PROPOSER)
-                for i, p in enumerate(proposals)]
+                for i, p in enumerate(proposals) if p.trained]
     if self.cfg.mode != "proposer_only":
       # a solver attempt's group is the problem it solved (ids after the proposer groups)
       base = len(proposals)
@@ -235,13 +244,15 @@ class SSPGame:
 
   def _metrics(self, proposals, problems, solver_trajs, solver_r, rates) -> dict[str, float]:
     n = max(1, len(proposals))
+    trained = [p for p in proposals if p.trained]
     passed_rules = [p for p in proposals if p.verdict is not None or p.reason is None]
     m = {
         "proposer/valid_rate": sum(p.reason is None for p in proposals) / n,
         "proposer/rule_pass_rate": len(passed_rules) / n,
         "proposer/rag_pass_rate": (sum(p.reason is None for p in passed_rules)
                                    / max(1, len(passed_rules))),
-        "proposer/reward_mean": float(np.mean([p.reward for p in proposals])) if proposals else 0.,
+        "proposer/reward_mean": float(np.mean([p.reward for p in trained])) if trained else 0.,
+        "proposer/untrained_extra": float(len(proposals) - len(trained)),
         "proposer/searches_mean": float(np.mean([p.traj.num_searches for p in proposals] or [0])),
         "proposer/response_len": float(np.mean([len(p.traj.response_ids) for p in proposals]
                                                or [0])),
@@ -260,6 +271,8 @@ class SSPGame:
     searches = sum(t.num_searches for t in all_trajs)
     m["search/failed"] = float(sum(t.num_failed_searches for t in all_trajs))
     m["search/failed_rate"] = m["search/failed"] / max(1, searches)
+    if self.judge is not None:   # answers sent to the judge this step (solver rewards + RAG)
+      m.update({f"judge/{k}": float(v) for k, v in self.judge.counts.items()})
     reasons = collections.Counter(p.reason for p in proposals if p.reason)
     m.update({f"proposer/reject/{k}": v / n for k, v in reasons.items()})
     m.update({f"time/{k}": v for k, v in self.timings.items()})
@@ -275,7 +288,8 @@ class SSPGame:
              "searches": list(p.traj.queries),
              "documents": [d.get("title", "") for d in p.traj.all_docs],
              "verifier_prediction": p.verdict.prediction if p.verdict else None,
-             "proposer_reward": p.reward, "proposer_text": p.traj.text}
+             "proposer_reward": p.reward if p.trained else None, "trained": p.trained,
+             "proposer_text": p.traj.text}
       k = by_question.get(p.question) if p.reason is None else None
       if k is not None:
         rec["solve_rate"] = rates[k]

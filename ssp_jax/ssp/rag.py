@@ -6,8 +6,10 @@ with a seeded rng. The question is kept only if the verifier's answer matches th
 (normalised EM against every alias, optionally then the LLM judge). Any failure of the verifier
 (exception, no `<answer>`) rejects the question: this check never fails open.
 
-The verifier is any `TextGenerator` (`game.PolicyText` wraps the policy itself, as in the paper,
-or a separate frozen checkpoint, as in the original code).
+The verifier is any `TextGenerator`: `game.PolicyText` over the policy itself (the default, a
+difference: the paper's Sec. 3 text describes the solver answering, but the paper's App. A and
+the original code use Qwen2.5-32B-Instruct) or over a frozen checkpoint, or
+`remote.OpenAIChat`, a served model behind an OpenAI-compatible endpoint (as the original code).
 """
 from __future__ import annotations
 

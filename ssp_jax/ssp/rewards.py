@@ -2,8 +2,8 @@
 
 Solver: 1/0 for the last `<answer>` of the response, by normalised exact match against any alias
 (`em`), token F1 (`f1`), the LLM judge alone (`judge`), or EM then the judge for misses
-(`em_then_judge`, the original code). Optional anti-spam: more than `spam_max_tags` answer tags
-divides the reward by 4.
+(`em_then_judge`, the original code). Anti-spam (on by default, as in the original): more than
+`spam_max_tags` (10) answer tags divides the reward by 4.
 
 Proposer: `1 - s` where `s` is the mean solver success on its question (`1-acc`, the paper), or
 `intermediate_difficulty` 4 (s - left)(right - s) for left < s < right, else 0. An invalid
@@ -25,12 +25,21 @@ PROPOSER_MODES = ("1-acc", "intermediate_difficulty")
 
 
 class Judge:
-  """LLM judge: asks a `TextGenerator` (the policy or a frozen checkpoint) Correct/Wrong."""
+  """LLM judge: asks a `TextGenerator` (the policy, a frozen checkpoint or an OpenAI-compatible
+  endpoint, `ssp_jax.ssp.remote.OpenAIChat`) Correct/Wrong.
+
+  `counts` holds, since the last `reset_counts()`, the answers sent to the judge (`asked`), those
+  judged correct (`correct`) and those whose judgement failed (`failed`: the generator raised or
+  returned the wrong number of replies; the callers score them as wrong)."""
 
   def __init__(self, generator, *, max_new_tokens: int = 10, temperature: float = 0.1):
     self.generator = generator
     self.max_new_tokens = max_new_tokens
     self.temperature = temperature
+    self.reset_counts()
+
+  def reset_counts(self) -> None:
+    self.counts = {"asked": 0, "correct": 0, "failed": 0}
 
   def judge(self, questions: Sequence[str], predictions: Sequence[str],
             references: Sequence[Answer]) -> list[bool]:
@@ -38,9 +47,18 @@ class Judge:
       return []
     msgs = [prompts.judge_messages(q, p, r)
             for q, p, r in zip(questions, predictions, references)]
-    texts = self.generator.generate_text(msgs, max_new_tokens=self.max_new_tokens,
-                                         temperature=self.temperature)
-    return [parse_verdict(t) for t in texts]
+    self.counts["asked"] += len(msgs)
+    try:
+      texts = self.generator.generate_text(msgs, max_new_tokens=self.max_new_tokens,
+                                           temperature=self.temperature)
+      if len(texts) != len(msgs):
+        raise RuntimeError(f"judge returned {len(texts)} replies for {len(msgs)} questions")
+    except Exception:
+      self.counts["failed"] += len(msgs)
+      raise
+    ok = [parse_verdict(t) for t in texts]
+    self.counts["correct"] += sum(ok)
+    return ok
 
 
 def parse_verdict(text: str) -> bool:

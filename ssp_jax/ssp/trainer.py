@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from ssp_jax.rl import batch as batch_lib
+from ssp_jax.rl.config import ROLE_IDS, ROLES, UPDATE_SCHEDULES
 from ssp_jax.ssp import game as game_lib
 from ssp_jax.ssp.build import Components, build
 from ssp_jax.ssp.validate import validate_config
@@ -34,7 +35,7 @@ def _mean_update_metrics(updates: list[dict]) -> dict[str, float]:
   """Averages the learner's per-mini-batch metrics; `kl` is the KL loss (0 without KL)."""
   if not updates:
     return {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "updates": 0.0}
-  keys = set().union(*updates)
+  keys = {k for u in updates for k in u if not k.startswith("role_")}
   out = {k: float(np.mean([u[k] for u in updates if k in u])) for k in keys}
   out["kl"] = out.pop("kl_loss", 0.0)
   out["updates"] = float(len(updates))
@@ -123,12 +124,26 @@ def train_one_step(c: Components, step: int, key) -> tuple[dict, list[dict]]:
     batch = batch_lib.make_batch(out.trajectories, out.advantages, out.roles,
                                  prompt_index=out.prompt_index, bucket=c.config.rl.bucket,
                                  max_len=c.config.rl.max_len, pad_id=c.pad_id)
-    updates = c.learner.update(batch)
+    updates = run_updates(c.learner, batch, c.config.rl.update_schedule)
   metrics = dict(out.metrics)
   metrics.update(_mean_update_metrics(updates))
+  if c.config.rl.update_schedule == "proposer_then_solver":
+    for role in ROLES:   # optimizer steps per role (fused steps mix the roles)
+      metrics[f"updates/{role}"] = float(sum(u.get("role_" + role, 0.0) for u in updates))
   metrics["time/update"] = time.perf_counter() - t0
   metrics["advantage/mean"] = float(np.mean(out.advantages)) if out.advantages.size else 0.0
   return metrics, out.samples
+
+
+def run_updates(learner, batch: dict, schedule: str) -> list[dict]:
+  """The step's optimizer updates under `rl.update_schedule` (see `ssp_jax.rl.config`), one
+  metrics dict each; under proposer_then_solver each is tagged `role_<name>` = 1."""
+  if schedule == "fused":
+    return learner.update(batch)
+  if schedule == "proposer_then_solver":
+    by_role = learner.update_by_role(batch, order=(ROLE_IDS["proposer"], ROLE_IDS["solver"]))
+    return [dict(u, **{f"role_{r}": 1.0}) for r, us in by_role.items() for u in us]
+  raise ValueError(f"config.rl.update_schedule={schedule!r} is not one of {UPDATE_SCHEDULES}")
 
 
 def latest_checkpoint(workdir: str):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 
 from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
-from ssp_jax.ssp import game, replay, rewards
+from ssp_jax.rl.config import UPDATE_SCHEDULES
+from ssp_jax.ssp import game, remote, replay, rewards
 
 
 class ConfigError(ValueError):
@@ -80,8 +81,20 @@ def validate_config(config) -> None:
   _path("retrieval.index_dir", config.retrieval.index_dir)
   _choice("retrieval.on_unreachable", config.retrieval.get("on_unreachable", "error"),
           ("error", "warn"))
-  _path("ssp.rag.verifier", s.rag.verifier, ("policy",))
-  _path("ssp.judge.source", s.judge.source, ("policy",))
+  for name, source in (("ssp.rag.verifier", s.rag.verifier), ("ssp.judge.source", s.judge.source)):
+    if remote.is_url(source):
+      if not s.judge.model:
+        raise ConfigError(f"config.{name}={source!r} is an endpoint URL but config.ssp.judge.model "
+                          "is empty; set it to the served model's name (e.g. "
+                          "--config.ssp.judge.model=Qwen/Qwen2.5-32B-Instruct)")
+    elif source != "policy" and not os.path.exists(os.path.expanduser(source)):
+      raise ConfigError(f"config.{name}={source!r} does not exist; give \"policy\", a local "
+                        "checkpoint directory, or an http(s):// OpenAI-compatible endpoint URL")
+  _positive("ssp.judge.max_concurrency", s.judge.max_concurrency)
+  _positive("ssp.judge.retries", s.judge.retries, minimum=0)
+  if s.judge.timeout_s <= 0:
+    raise ConfigError(f"config.ssp.judge.timeout_s={s.judge.timeout_s} must be > 0")
+  _choice("rl.update_schedule", config.rl.update_schedule, UPDATE_SCHEDULES)
   if config.eval.every_steps:
     for name, spec in config.eval.datasets.items():
       if ":" not in spec.split("/")[0]:        # a file path (not builtin:/tfds: specs)

@@ -1,0 +1,69 @@
+"""SSP self-play learning run on one H200 with the embedded SmolLM2-135M-Instruct, warm-started.
+
+A short run to see whether the game's signals move (valid-question rate, solver reward, searches)
+and whether held-out EM/F1 on the shipped 141 questions changes; results in docs/results.md.
+It is not the paper's setting (that is configs/ssp_qwen2_5_7b_instruct.py): a 135M policy, the
+format warm start (a difference, `warmstart.enabled`), EM solver reward (a 135M model is no judge),
+a BM25 index over the shipped corpus (`:root=DIR` -> DIR/bm25, built with
+`ssp-jax index build --corpus retrieval/data/wiki_sample.jsonl.gz --encoder bm25 --out DIR/bm25`).
+
+  ssp-jax train --config configs/ssp_smollm2_h200.py:root=/tmp/ssp
+  ssp-jax eval --config configs/ssp_smollm2_h200.py:root=/tmp/ssp --checkpoint RUN_DIR --out OUT
+"""
+import os
+
+import ml_collections
+
+from ssp_jax.ssp.config import base_run_config
+
+
+def get_config(arg=None) -> ml_collections.ConfigDict:
+  root = "/tmp/ssp"
+  for part in filter(None, (arg or "").split(",")):
+    if not part.startswith("root="):
+      raise ValueError(f"config arg {part!r}: use root=DIR (DIR/bm25 holds the BM25 index)")
+    root = part[len("root="):]
+  c = base_run_config()
+  c.workdir = os.path.join(root, "run")
+  c.total_steps = 60
+  c.checkpoint.every = 5
+  c.checkpoint.keep = 2
+  c.retrieval.index_dir = os.path.join(root, "bm25")
+
+  r = c.rollout
+  r.batch_size = 256
+  r.max_prompt_tokens = 1024
+  r.max_response_tokens = 1024
+  r.cache_min_len = 512
+  r.steps_per_call = 64
+  r.max_searches = 4
+  r.max_obs_tokens = 256
+  r.topk = 3
+
+  rl = c.rl
+  rl.lr = 3e-6                 # the paper's 1e-6 is for 7B; a 135M model moves slowly at it
+  rl.warmup_steps = 2
+  rl.mini_batch_size = 256     # one optimizer update per step
+  rl.micro_batch_size = 32
+  rl.max_len = 2048
+  rl.remat = "none"
+  rl.attn_impl = "xla"
+
+  s = c.ssp
+  s.batch_size = 64            # answers per step
+  s.solver_n = 5
+  s.proposer_max_new_tokens = 768
+  s.solver_max_new_tokens = 512
+  s.samples_per_step = 8
+  s.rag.max_new_tokens = 64
+  s.reward.solver = "em"
+
+  w = c.warmstart
+  w.enabled = True
+  w.sources = 200
+  w.epochs = 3
+  w.batch_size = 16
+
+  c.eval.limit = 0
+  c.eval.max_new_tokens = 512
+  return c

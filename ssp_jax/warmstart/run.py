@@ -1,0 +1,139 @@
+"""The warm start of a training run: demonstrations -> SFT -> params, cached on disk.
+
+`warm_params(config, ...)` returns the warm-started params, training them on first use (a few
+minutes on a 2-core CPU for the 135M default) and reading them from the cache afterwards:
+`$SSP_JAX_CACHE/warmstart/<key>/` (an HF checkpoint directory + `warmstart.json`), keyed by the
+model file, the `warmstart` section, the answer set, the corpus, the retriever and the prompt
+layout settings. A run resumed from a checkpoint restores its own params; the warm-started ones
+still give it the same KL reference.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import jax
+
+import models
+from models.checkpoint import cache_root
+from ssp_jax.warmstart import demos as demos_lib
+from ssp_jax.warmstart.sft import sft
+
+log = logging.getLogger(__name__)
+VERSION = 1      # bump when the demonstrations or the SFT change meaning
+EVAL_SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                            "eval_wiki_sample.jsonl")
+
+
+def _file_id(path: str) -> str:
+  if not path or not os.path.exists(path):
+    return str(path)
+  st = os.stat(path)
+  return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _digest(path: str) -> str:
+  h = hashlib.sha1()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def _answers_path(config) -> str:
+  from ssp_jax.ssp.answers import default_answers_path
+  return config.ssp.answers_path or default_answers_path()
+
+
+def cache_key(config) -> str:
+  from retrieval.corpus import default_corpus_path
+  model = config.model.path or models.checkpoint.default_model_path()
+  parts = (VERSION, _file_id(model), config.model.chat_format, config.warmstart.to_dict(),
+           _digest(_answers_path(config)), _digest(default_corpus_path()),
+           config.retrieval.url or config.retrieval.index_dir or "default-index",
+           config.rollout.topk, config.rollout.max_obs_tokens, config.ssp.filters.to_dict(),
+           config.ssp.default_hops, config.rl.compute_dtype)
+  return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+
+
+def build_demos(config, tokenizer, retriever) -> list[demos_lib.Demo]:
+  from retrieval.corpus import default_corpus_path
+  from ssp_jax.ssp import filters
+  w = config.warmstart
+  sources = demos_lib.load_sources(
+      _answers_path(config), default_corpus_path(), retriever=retriever,
+      exclude_ids=demos_lib.eval_support_ids([EVAL_SUPPORT]), default_hops=config.ssp.default_hops,
+      limit=w.sources, seed=w.seed)
+  return demos_lib.build_demos(sources, retriever, tokenizer, topk=config.rollout.topk,
+                               max_obs_tokens=config.rollout.max_obs_tokens,
+                               filter_cfg=filters.FilterConfig.from_config(config.ssp.filters))
+
+
+def demos_for_config(config):
+  """(demonstrations, tokenizer) of a config, for inspection (`python -m ssp_jax.warmstart.demos`)."""
+  from ssp_jax.ssp.build import load_model, make_retriever
+  _, _, tok = load_model(config.model.path, None, "float32", config.model.chat_format)
+  return build_demos(config, tok, make_retriever(config.retrieval)), tok
+
+
+def warm_params(config, model_cfg: models.ModelConfig, params, tokenizer, retriever, *,
+                sharder=None, dtype=None):
+  """Warm-started params (cached); `params` are the loaded model's."""
+  if jax.process_count() > 1:
+    raise ValueError("warmstart.enabled works in single-process runs only: run the warm start "
+                     "once on one host (ssp-jax train --config.total_steps=0) and point "
+                     "model.path at the directory it prints")
+  out = os.path.join(cache_root(), "warmstart", cache_key(config))
+  meta_path = os.path.join(out, "warmstart.json")
+  if not os.path.exists(meta_path):
+    _train_and_save(config, model_cfg, params, tokenizer, retriever, out)
+  with open(meta_path, encoding="utf-8") as f:
+    meta = json.load(f)
+  log.info("warm start: %s (%s demonstrations, loss %s)", out, meta["demos"], meta["epoch_loss"])
+  _, warm = models.hf_io.load_hf_checkpoint(
+      out, dtype=dtype or jax.tree.leaves(params)[0].dtype, sharder=sharder)
+  return warm
+
+
+def _train_and_save(config, model_cfg, params, tokenizer, retriever, out: str) -> None:
+  w = config.warmstart
+  t0 = time.perf_counter()
+  print(f"warm start (first use only, cached in {out}): building demonstrations",
+        file=sys.stderr)
+  demos = build_demos(config, tokenizer, retriever)
+  counts = {r: sum(d.role == r for d in demos) for r in ("proposer", "solver", "verifier")}
+  if not counts["proposer"] or not counts["solver"]:
+    raise ValueError(f"warm start: too few demonstrations ({counts}); check the answer set "
+                     f"({_answers_path(config)}) and the retriever, or set "
+                     "warmstart.enabled=False")
+  tokens = sum(len(d.traj.prompt_ids) + len(d.traj.response_ids) for d in demos)
+  print(f"warm start: {len(demos)} demonstrations {counts}, {tokens} tokens; "
+        f"{w.epochs} epochs of SFT", file=sys.stderr)
+  t1 = time.perf_counter()
+  warm, epoch_loss = sft(model_cfg, params, [d.traj for d in demos], epochs=w.epochs, lr=w.lr,
+                         batch_size=w.batch_size, bucket=w.bucket, max_len=w.max_len,
+                         seed=w.seed, compute_dtype=config.rl.compute_dtype,
+                         progress=bool(config.progress))
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=".warmstart-", dir=os.path.dirname(out))
+  try:
+    models.hf_io.save_hf_checkpoint(tmp, model_cfg, warm)
+    tokenizer.hf.save_pretrained(tmp)   # a complete HF dir: `ssp-jax eval --checkpoint DIR`
+    meta = {"demos": counts, "tokens": tokens, "epoch_loss": [round(x, 4) for x in epoch_loss],
+            "build_s": round(t1 - t0, 1), "sft_s": round(time.perf_counter() - t1, 1),
+            "config": config.warmstart.to_dict(), "version": VERSION}
+    with open(os.path.join(tmp, "warmstart.json"), "w", encoding="utf-8") as f:
+      json.dump(meta, f, indent=1)
+    if os.path.exists(out):
+      shutil.rmtree(out)
+    os.replace(tmp, out)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  print(f"warm start done: loss per epoch {meta['epoch_loss']} ({meta['sft_s']} s)",
+        file=sys.stderr)

@@ -1,0 +1,96 @@
+"""`rl.update_schedule`: the fused update against the original's proposer-then-solver calls, on
+a tiny model with an SSP-shaped batch (proposer prompts of 1 row, solver prompts of 2 rows)."""
+import jax
+import numpy as np
+import pytest
+
+from rl_helpers import CFG, rl_cfg, trajectories
+from ssp_jax.rl import batch as batch_lib
+from ssp_jax.rl.learner import Learner
+from ssp_jax.ssp.trainer import run_updates
+
+P, S, N = 4, 4, 2          # proposer prompts, solver prompts, solver rows per prompt
+LR, WARMUP = 1e-2, 5
+
+
+def ssp_batch():
+  """Rows 0..P-1: proposer (prompts 0..P-1); then S prompts of N solver rows each."""
+  n = P + S * N
+  roles = [0] * P + [1] * (S * N)
+  prompt = list(range(P)) + [P + i // N for i in range(S * N)]
+  adv = np.random.default_rng(3).normal(size=n)
+  return batch_lib.make_batch(trajectories(n, seed=4), adv, roles, prompt_index=prompt,
+                              bucket=16)
+
+
+class RecordingLearner(Learner):
+  """The real learner; remembers every old-log-prob pass it ran."""
+  seen: list
+
+  def logprobs(self, batch):
+    out = super().logprobs(batch)
+    self.seen.append(out)
+    return out
+
+
+def make(cls=Learner):
+  learner = cls(CFG, rl_cfg(mini_batch_size=2, lr=LR, warmup_steps=WARMUP))
+  learner.seen = []
+  return learner
+
+
+def rows(batch, role):
+  return batch_lib.take_rows(batch, np.flatnonzero(batch["role"] == role))
+
+
+def test_optimizer_steps_per_role_and_lr_once_per_call():
+  batch = ssp_batch()
+  fused = make()
+  ups = run_updates(fused, batch, "fused")
+  # 8 prompts / mini-batch 2 = 4 steps (P, P, S, S); the LR schedule steps per optimizer step
+  assert len(ups) == 4 and int(fused.state["step"]) == 4
+  assert [u["lr"] for u in ups] == pytest.approx([LR * k / WARMUP for k in (1, 2, 3, 4)])
+  assert fused._schedule_count() == 4
+  seq = make()
+  ups = run_updates(seq, batch, "proposer_then_solver")
+  # veRL mini-batch = 2 prompts x 2 rows = 4 rows: proposer 4 rows -> 1 step, solver 8 -> 2
+  assert [("proposer" if "role_proposer" in u else "solver") for u in ups] == \
+      ["proposer", "solver", "solver"]
+  assert int(seq.state["step"]) == 3
+  # one LR-schedule step per update call: lr/5 for the proposer, 2 lr/5 for both solver steps
+  assert [u["lr"] for u in ups] == pytest.approx([LR / WARMUP] + [2 * LR / WARMUP] * 2)
+  assert seq._schedule_count() == 2
+  # Adam's own step count (bias correction) still counts optimizer steps
+  adam = [x for x in jax.tree.leaves(seq.state["opt_state"],
+                                     is_leaf=lambda x: hasattr(x, "mu")) if hasattr(x, "mu")]
+  assert int(adam[0].count) == 3
+  with pytest.raises(ValueError, match="update_schedule"):
+    run_updates(seq, batch, "solver_first")
+
+
+def test_solver_old_logprobs_come_after_the_proposer_update():
+  batch = ssp_batch()
+  seq = make(RecordingLearner)
+  initial = seq.logprobs(batch)
+  seq.seen.clear()
+  ups = run_updates(seq, batch, "proposer_then_solver")
+  assert len(seq.seen) == 2              # one old-log-prob pass per role call
+  solver_old = seq.seen[1]
+  # the same proposer update on a fresh learner, then the solver rows' log-probs
+  ref = make()
+  ref.update(rows(batch, 0), num_mini_batches=1, lr_once=True)
+  expect = ref.logprobs(rows(batch, 1))
+  mask = rows(batch, 1)["loss_mask"] > 0
+  np.testing.assert_allclose(solver_old[mask], expect[mask], atol=1e-5)
+  # ... which differ from the log-probs before any update (the weights moved)
+  before = initial[batch["role"] == 1]
+  assert np.abs(solver_old[mask] - before[mask]).max() > 1e-3
+  # so the solver's first update is on-policy (ratio 1): no policy drift
+  assert abs(ups[1]["ppo_kl"]) < 1e-6 and ups[1]["clipfrac"] == 0.0
+
+  fused = make(RecordingLearner)
+  ups = run_updates(fused, batch, "fused")
+  assert len(fused.seen) == 1              # one pass before the 4 steps
+  np.testing.assert_allclose(fused.seen[0][batch["role"] == 1][mask], before[mask], atol=1e-5)
+  # fused: the solver's first mini-batch (update 3) starts two updates off-policy
+  assert abs(ups[2]["ppo_kl"]) > 1e-4
