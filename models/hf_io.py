@@ -283,7 +283,9 @@ def params_from_source(cfg: ModelConfig, src, *, dtype=jnp.float32,
     sharding = (sharder.sharding(_get(logical, path)) if sharder is not None
                 else SingleDeviceSharding(jax.devices()[0]))
     cb = _param_callback(src, hf_name, tr, full_shape, "{i}" in hf_name, dtype)
-    _set(params, path, jax.make_array_from_callback(full_shape, sharding, cb))
+    # Wait for each placement: transfers are asynchronous, and host buffers of params still in
+    # flight would pile up (peak host memory then depends on how fast the copies run).
+    _set(params, path, jax.make_array_from_callback(full_shape, sharding, cb).block_until_ready())
   return params
 
 
