@@ -15,6 +15,7 @@ llama.cpp uses for those names. Anything else goes through transformers' own GGU
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any, Optional
@@ -55,10 +56,18 @@ _ROPE_FREQS = "rope_freqs.weight"  # LLaMA-3.1 files: per-frequency llama3 scali
 
 
 def _reader(path: str):
+  """A `gguf.GGUFReader` (memory-mapped: nothing is read until a tensor is dequantised); a
+  truncated or corrupt file is one CheckpointError naming it."""
   import gguf
   if not os.path.isfile(path):
     raise FileNotFoundError(f"GGUF file {path!r} does not exist")
-  return gguf.GGUFReader(path)
+  try:
+    reader = gguf.GGUFReader(path)
+  except Exception as e:  # the reader fails with ValueError, IndexError, struct errors...
+    raise hf_io.CheckpointError(
+        f"GGUF file {path!r} ({os.path.getsize(path)} bytes) is truncated or corrupt: "
+        f"{type(e).__name__}: {' '.join(str(e).split())[:200]}; download it again") from None
+  return reader
 
 
 def _field(reader, key: str, default: Any = KeyError) -> Any:
@@ -129,55 +138,140 @@ def _with_llama3_scaling(cfg: ModelConfig, factors_h: np.ndarray, orig: int) -> 
 # --------------------------------------------------------------------------------------------
 # Weights
 # --------------------------------------------------------------------------------------------
-def _dequantize(reader, name: str) -> np.ndarray:
-  from gguf.quants import dequantize
-  t = next(t for t in reader.tensors if t.name == name)
-  shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists ne0 (the fastest dim) first
-  return np.asarray(dequantize(t.data, t.tensor_type), np.float32).reshape(shape)
+DEQUANT_CHUNK_BYTES = 32 << 20   # float32 rows dequantised at once (bounds the temporaries)
 
 
-def _gguf_source(cfg: ModelConfig, reader) -> hf_io.DictSource:
-  """HF name -> (HF shape, lazy dequantizing loader); unknown GGUF tensors raise."""
-  by_gguf = {}
-  for hf_t, gg_t in HF_TO_GGUF.items():
-    layers = range(cfg.num_layers) if "{i}" in hf_t else [None]
-    by_gguf.update({gg_t.format(i=i): hf_t.format(i=i) for i in layers})
-  tensors = {}
-  for t in reader.tensors:
-    if t.name == _ROPE_FREQS:
-      continue  # consumed by config_from_gguf
-    if t.name not in by_gguf:
-      raise hf_io.CheckpointError(f"GGUF has unexpected tensor {t.name!r} that a "
-                                  f"{cfg.model_type} model does not use")
-    hf_name = by_gguf[t.name]
+def _tensor(reader, name: str):
+  return next(t for t in reader.tensors if t.name == name)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+  """Where one GGUF tensor lies in the file: all a load needs once the metadata is parsed."""
+  name: str
+  shape: tuple[int, ...]        # HF order (GGUF lists ne0, the fastest dim, first)
+  qtype: Any                    # gguf.GGMLQuantizationType
+  offset: int                   # absolute file offset of its data
+  row_items: int                # items of `item_dtype` per row (row = first HF dim)
+  item_dtype: np.dtype          # uint8 for quantised blocks, else the value dtype
+
+  @classmethod
+  def of(cls, t) -> "TensorInfo":
     shape = tuple(int(d) for d in reversed(t.shape))
-    heads = None
-    if cfg.model_type == "llama" and ".attn_q.weight" in t.name:
-      heads = cfg.num_heads
-    elif cfg.model_type == "llama" and ".attn_k.weight" in t.name:
-      heads = cfg.num_kv_heads
-    tensors[hf_name] = (shape, _loader(reader, t.name, heads))
-  return hf_io.DictSource(tensors)
+    rows = shape[0] if len(shape) > 1 else 1
+    return cls(t.name, shape, t.tensor_type, int(t.data_offset),
+               int(t.data.size) // rows, np.dtype(t.data.dtype))
 
 
-def _loader(reader, name, heads):
-  def load():
-    w = _dequantize(reader, name)
-    return w if heads is None else unpermute_qk(w, heads)
-  return load
+def _dequantize_rows(info: TensorInfo, lo: int, hi: int, fd: int) -> np.ndarray:
+  """Rows [lo, hi) of a GGUF tensor (HF layout, rows = the first HF dim) as float32, read with
+  pread (the file's pages never count in resident memory) and dequantised a chunk of rows at
+  a time so temporaries stay near DEQUANT_CHUNK_BYTES. A 1-D tensor is one row."""
+  from gguf.quants import dequantize
+  shape = info.shape if len(info.shape) > 1 else (1,) + info.shape
+  if len(info.shape) == 1:
+    lo_1d, hi_1d, lo, hi = lo, hi, 0, 1
+  row_bytes = info.row_items * info.item_dtype.itemsize
+  cols = int(np.prod(shape[1:]))
+  out = np.empty((hi - lo, cols), np.float32)
+  step = max(1, DEQUANT_CHUNK_BYTES // (4 * cols))
+  for a in range(lo, hi, step):
+    b = min(hi, a + step)
+    n = (b - a) * row_bytes
+    buf = os.pread(fd, n, info.offset + a * row_bytes)
+    if len(buf) != n:
+      raise ValueError(f"rows {a}-{b} end past the end of the file")
+    raw = np.frombuffer(buf, info.item_dtype).reshape(b - a, info.row_items)
+    out[a - lo:b - lo] = np.asarray(dequantize(raw, info.qtype), np.float32).reshape(b - a, cols)
+  if len(info.shape) == 1:
+    return out.reshape(-1)[lo_1d:hi_1d]
+  return out.reshape((hi - lo,) + shape[1:])
+
+
+def _dequantize(reader, name: str) -> np.ndarray:
+  info = TensorInfo.of(_tensor(reader, name))
+  fd = os.open(reader.data.filename, os.O_RDONLY)
+  try:
+    return _dequantize_rows(info, 0, info.shape[0], fd)
+  finally:
+    os.close(fd)
+
+
+class GGUFSource:
+  """HF name -> slices of a GGUF tensor (the `SafetensorsSource` interface of hf_io): a read
+  dequantises only the rows it needs (llama Q/K rows un-permuted), a chunk at a time, so
+  loading holds the params made so far plus one slice, not a float32 copy of the model."""
+
+  def __init__(self, cfg: ModelConfig, reader, path: str):
+    self.path = path
+    self._fd = os.open(path, os.O_RDONLY)
+    by_gguf = {}
+    for hf_t, gg_t in HF_TO_GGUF.items():
+      layers = range(cfg.num_layers) if "{i}" in hf_t else [None]
+      by_gguf.update({gg_t.format(i=i): hf_t.format(i=i) for i in layers})
+    self._t = {}
+    for t in reader.tensors:
+      if t.name == _ROPE_FREQS:
+        continue  # consumed by config_from_gguf
+      if t.name not in by_gguf:
+        raise hf_io.CheckpointError(f"GGUF has unexpected tensor {t.name!r} that a "
+                                    f"{cfg.model_type} model does not use")
+      heads = None
+      if cfg.model_type == "llama" and ".attn_q.weight" in t.name:
+        heads = cfg.num_heads
+      elif cfg.model_type == "llama" and ".attn_k.weight" in t.name:
+        heads = cfg.num_kv_heads
+      info = TensorInfo.of(t)
+      self._t[by_gguf[t.name]] = (info, info.shape, heads)
+
+  def keys(self):
+    return self._t.keys()
+
+  def shape(self, key):
+    return self._t[key][1]
+
+  def read(self, key, index) -> np.ndarray:
+    info, shape, heads = self._t[key]
+    index = tuple(index) + (slice(None),) * (len(shape) - len(index))
+    lo, hi, stride = index[0].indices(shape[0])
+    assert stride == 1, "shardings only produce unit-stride slices"
+    try:
+      if heads is None:
+        rows = _dequantize_rows(info, lo, hi, self._fd)
+      else:   # out row r is stored row perm[r]; a head's rows stay inside that head
+        perm = unpermute_qk(np.arange(shape[0]), heads)[lo:hi]
+        a, b = int(perm.min()), int(perm.max()) + 1
+        rows = _dequantize_rows(info, a, b, self._fd)[perm - a]
+    except (ValueError, IndexError, TypeError) as e:
+      raise hf_io.CheckpointError(f"GGUF file {self.path!r}: tensor {info.name!r} cannot be read "
+                                  f"({type(e).__name__}: {e}); the file is truncated or "
+                                  "corrupt") from None
+    return rows[(slice(None),) + index[1:]]
+
+  def close(self):
+    if self._fd is not None:
+      os.close(self._fd)
+      self._fd = None
 
 
 def load_gguf(path: str, *, dtype=jnp.float32,
               sharder: Optional[Sharder] = None) -> tuple[ModelConfig, Params]:
   """Reads a llama/qwen2/qwen3 GGUF (any quantization `gguf` dequantizes) into params.
 
-  With `sharder`, params are created sharded (each device dequantizes a tensor and keeps its
-  slice); without, they land on the default device.
+  Tensor by tensor: each param is dequantised a chunk of rows at a time, cast and placed
+  before the next is read, so peak host memory stays near the final params (bench/
+  load_memory.py measures it). With `sharder`, each device dequantises only the rows of its own
+  slice; without, params land on the default device.
   """
   reader = _reader(path)
   cfg = config_from_gguf(reader)
-  params = hf_io.params_from_source(cfg, _gguf_source(cfg, reader), dtype=dtype,
-                                    sharder=sharder, what=f"GGUF {path!r}")
+  src = GGUFSource(cfg, reader, path)
+  del reader   # the parsed metadata (vocabulary, merges) is large; the source keeps offsets only
+  try:
+    params = hf_io.params_from_source(cfg, src, dtype=dtype, sharder=sharder,
+                                      what=f"GGUF {path!r}")
+  finally:
+    src.close()
   return cfg, params
 
 

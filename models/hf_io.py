@@ -150,7 +150,12 @@ class SafetensorsSource:
 
   def _handle(self, file: str):
     if file not in self._files:
-      self._files[file] = self._open(file)
+      try:
+        self._files[file] = self._open(file)
+      except Exception as e:  # SafetensorError (bad header, cut short), OSError
+        raise CheckpointError(f"safetensors file {file!r} is corrupt or incomplete "
+                              f"({' '.join(str(e).split())}); copy or download it "
+                              "again") from None
     return self._files[file]
 
   def keys(self) -> Iterable[str]:
@@ -224,19 +229,42 @@ def _np_dtype(dtype) -> np.dtype:
   return np.dtype(ml_dtypes.bfloat16) if jnp.dtype(dtype) == jnp.bfloat16 else np.dtype(dtype)
 
 
+READ_CHUNK_BYTES = 32 << 20   # float32 bytes read (and for GGUF dequantised) at once
+
+
+def read_into(out: np.ndarray, src, key: str, tr: Transform, shape: Sequence[int],
+              bounds: Sequence[tuple[int, int]]) -> None:
+  """Fills `out` (the `bounds` slice of our per-layer `shape`, any dtype) from HF tensor `key`
+  in chunks along the HF row axis, so the float32 temporaries stay near READ_CHUNK_BYTES."""
+  j = tr.perm.index(tr.groups[0][0])        # our dim that HF rows feed
+  lo, hi = bounds[j]
+  per_row = 4 * int(np.prod([b - a for a, b in bounds])) // max(1, hi - lo)
+  step = max(1, READ_CHUNK_BYTES // max(1, per_row))
+  for a in range(lo, hi, step):
+    b = min(hi, a + step)
+    part = list(bounds)
+    part[j] = (a, b)
+    where = [slice(None)] * len(bounds)
+    where[j] = slice(a - lo, b - lo)
+    out[tuple(where)] = read_layer_slice(src, key, tr, shape, part)
+
+
 def _param_callback(src, hf_name, tr, full_shape, stacked, dtype):
-  """The `make_array_from_callback` callback of one param: reads the slice `index` of it."""
+  """The `make_array_from_callback` callback of one param: reads the slice `index` of it,
+  a layer and a chunk of rows at a time, straight into an array of the final dtype."""
   np_dt = _np_dtype(dtype)
   layer_shape = full_shape[1:] if stacked else full_shape
 
   def cb(index):
     if not stacked:
       bounds = _norm(index, layer_shape)
-      return read_layer_slice(src, hf_name, tr, layer_shape, bounds).astype(np_dt)
+      out = np.empty(tuple(hi - lo for lo, hi in bounds), np_dt)
+      read_into(out, src, hf_name, tr, layer_shape, bounds)
+      return out
     (l0, l1), *bounds = _norm(index, full_shape)
     out = np.empty((l1 - l0,) + tuple(hi - lo for lo, hi in bounds), np_dt)
     for l in range(l0, l1):  # one layer at a time: host memory stays at one shard
-      out[l - l0] = read_layer_slice(src, hf_name.format(i=l), tr, layer_shape, bounds)
+      read_into(out[l - l0], src, hf_name.format(i=l), tr, layer_shape, bounds)
     return out
   return cb
 
@@ -255,7 +283,9 @@ def params_from_source(cfg: ModelConfig, src, *, dtype=jnp.float32,
     sharding = (sharder.sharding(_get(logical, path)) if sharder is not None
                 else SingleDeviceSharding(jax.devices()[0]))
     cb = _param_callback(src, hf_name, tr, full_shape, "{i}" in hf_name, dtype)
-    _set(params, path, jax.make_array_from_callback(full_shape, sharding, cb))
+    # Wait for each placement: transfers are asynchronous, and host buffers of params still in
+    # flight would pile up (peak host memory then depends on how fast the copies run).
+    _set(params, path, jax.make_array_from_callback(full_shape, sharding, cb).block_until_ready())
   return params
 
 
@@ -298,7 +328,7 @@ def load_hf_checkpoint(path: str, *, dtype=jnp.float32, mesh: Optional[Mesh] = N
   if not os.path.isdir(path):
     raise CheckpointError(f"{path!r} is not a directory; pass a Hugging Face checkpoint "
                           "directory (config.json + *.safetensors)")
-  cfg = ModelConfig.from_hf_dir(path)
+  cfg = read_hf_config(path)
   if sharder is None and mesh is not None:
     sharder = Sharder(mesh)
   src = SafetensorsSource(path)
@@ -308,6 +338,24 @@ def load_hf_checkpoint(path: str, *, dtype=jnp.float32, mesh: Optional[Mesh] = N
   finally:
     src.close()
   return cfg, params
+
+
+def read_hf_config(path: str) -> ModelConfig:
+  """ModelConfig of an HF directory; an unreadable config.json or one missing a field the
+  model needs is one CheckpointError naming the file and the field."""
+  cfg_path = os.path.join(path, "config.json")
+  try:
+    return ModelConfig.from_hf_dir(path)
+  except json.JSONDecodeError as e:
+    raise CheckpointError(f"{cfg_path} is not valid JSON ({e}); restore the file") from None
+  except KeyError as e:
+    raise CheckpointError(f"{cfg_path} has no field {e.args[0]!r}, which a model needs; "
+                          "restore the file (save_pretrained writes it)") from None
+  except (TypeError, AttributeError, ValueError) as e:
+    if isinstance(e, CheckpointError) or type(e).__name__ == "ConfigError":
+      raise
+    raise CheckpointError(f"{cfg_path} has a field of the wrong type ({type(e).__name__}: "
+                          f"{e}); restore the file") from None
 
 
 def hf_tensors(cfg: ModelConfig, params: Params) -> Iterable[tuple[str, np.ndarray]]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Callable, Optional
 
 import jax
@@ -38,6 +39,15 @@ import models
 log = logging.getLogger(__name__)
 TRAIN_KEYS = ("opt_state", "rng", "step", "nonfinite", "nonfinite_total")
 META = "__meta__"
+
+
+class CheckpointCorrupt(ValueError):
+  """No checkpoint of a directory restores; the message names each step and what failed."""
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+  text = " ".join(str(e).split())
+  return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _sds(abstract: Any, shardings: Any) -> Any:
@@ -151,6 +161,37 @@ class Checkpointer:
         log.warning("checkpoint %d has no state for component %r", step, name)
     return {"params": out["params"], **out["train"]}
 
+  def restore_newest_intact(self, abstract_state: dict, shardings: dict) -> tuple[int, dict]:
+    """(step, state) of the newest checkpoint that restores, newest first. An unreadable one
+    (a truncated or missing data file, bad metadata) is named in a warning and moved aside to
+    `<step>.corrupt-<time>` (so this run can write that step again); raises CheckpointCorrupt
+    when none restores."""
+    errors = []
+    for step in sorted(self.all_steps(), reverse=True):
+      try:
+        return step, self.restore(abstract_state, shardings, step)
+      except Exception as e:  # orbax/tensorstore raise many types for a damaged file
+        reason = f"{type(e).__name__}: {_one_line(e)}"
+        errors.append(f"{step} ({reason})")
+        aside = self._move_aside(step)
+        log.warning("checkpoint %d in %s is unreadable (%s); %s; trying the previous one",
+                    step, self.directory, reason,
+                    f"moved to {aside}" if aside else "left in place")
+    raise CheckpointCorrupt(f"no checkpoint in {self.directory} restores: "
+                            + "; ".join(errors) + ". Move the directory away to start afresh")
+
+  def _move_aside(self, step: int) -> Optional[str]:
+    if jax.process_index() != 0:
+      return None
+    src = os.path.join(self.directory, str(step))
+    dst = f"{src}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+      os.rename(src, dst)
+    except OSError:
+      return None
+    self.manager.reload()
+    return dst
+
   def restore_params(self, abstract_params: Any, shardings: Any = None,
                      step: Optional[int] = None) -> Any:
     """Only the policy params (shardings default to each leaf's `sharding`, or device 0)."""
@@ -175,13 +216,54 @@ def export_hf(path: str, config: models.ModelConfig, params: Any) -> None:
   models.save_hf_checkpoint(path, config, params)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+                   "chat_template.jinja", "generation_config.json")
+
+
+def run_tokenizer_source(ckpt_dir: str) -> str:
+  """The model path the run that wrote `ckpt_dir` started from (its workdir's config.json,
+  `model.path`; "" = the embedded default), for the tokenizer of an export."""
+  import json
+  cfg_path = os.path.join(os.path.dirname(os.path.abspath(ckpt_dir)), "config.json")
+  if not os.path.exists(cfg_path):
+    raise FileNotFoundError(f"cannot tell which tokenizer {ckpt_dir!r} was trained with: no "
+                            f"{cfg_path}; pass --tokenizer HF_DIR_OR_GGUF")
+  with open(cfg_path, encoding="utf-8") as f:
+    return (json.load(f).get("model") or {}).get("path") or ""
+
+
+def copy_tokenizer(source: str, out_dir: str) -> list[str]:
+  """Copies the tokenizer files of `source` (an HF directory, a .gguf file - exported once -
+  or "" for the embedded default model) into `out_dir`; returns the names copied."""
+  import shutil
+  from models.checkpoint import default_model_path, gguf_tokenizer_dir
+  source = os.path.expanduser(source) if source else default_model_path()
+  tok_dir = gguf_tokenizer_dir(source) if source.endswith(".gguf") else source
+  names = [n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(tok_dir, n))]
+  if not any(n in names for n in ("tokenizer.json", "tokenizer.model", "vocab.json")):
+    raise FileNotFoundError(f"{tok_dir!r} holds no tokenizer (tokenizer.json, vocab.json or "
+                            "tokenizer.model); pass --tokenizer HF_DIR_OR_GGUF")
+  for n in names:
+    shutil.copyfile(os.path.join(tok_dir, n), os.path.join(out_dir, n))
+  return names
+
+
 def export_checkpoint_to_hf(ckpt_dir: str, out_dir: str, *, step: Optional[int] = None,
-                            dtype: Optional[str] = None) -> int:
+                            dtype: Optional[str] = None, tokenizer: Optional[str] = None) -> int:
   """Restores the params of checkpoint `step` (default latest) on one device and exports them
-  to `out_dir`, optionally cast (e.g. "bfloat16"). Returns the exported step."""
+  to `out_dir`, optionally cast (e.g. "bfloat16"), with the tokenizer of `tokenizer` (default:
+  the model the run started from), every file mode 0644. Returns the exported step."""
   if not os.path.isdir(ckpt_dir):
     raise FileNotFoundError(f"checkpoint directory {ckpt_dir!r} does not exist; pass the "
                             "checkpoint root a training run wrote")
+  tok_source = tokenizer
+  if tok_source is None:
+    try:
+      tok_source = run_tokenizer_source(ckpt_dir)
+    except FileNotFoundError as e:
+      log.warning("exporting without a tokenizer (`ssp-jax generate` will refuse the "
+                  "directory): %s", e)
   ck = Checkpointer(ckpt_dir, async_save=False)
   try:
     step = ck.resolve_step(step)
@@ -195,4 +277,10 @@ def export_checkpoint_to_hf(ckpt_dir: str, out_dir: str, *, step: Optional[int] 
   if dtype is not None:
     params = jax.tree.map(lambda p: p.astype(dtype), params)
   export_hf(out_dir, cfg, params)
+  if tok_source is not None:
+    copy_tokenizer(tok_source, out_dir)
+  for name in os.listdir(out_dir):          # readable by everyone, like save_pretrained's
+    full = os.path.join(out_dir, name)
+    if os.path.isfile(full):
+      os.chmod(full, 0o644)
   return step

@@ -52,13 +52,34 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
   mod_spec = importlib.util.spec_from_file_location(
       "_ssp_config_" + os.path.basename(path).removesuffix(".py"), path)
   module = importlib.util.module_from_spec(mod_spec)
-  mod_spec.loader.exec_module(module)
+  try:
+    mod_spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise ConfigOverrideError(f"--config: {e.filename or path}:{e.lineno}: syntax error: "
+                              f"{e.msg}; fix the file") from None
+  except Exception as e:
+    raise ConfigOverrideError(f"--config: importing {path} failed: {_where(e, path)}"
+                              f"{type(e).__name__}: {e}") from None
   if not hasattr(module, "get_config"):
     raise ConfigOverrideError(f"--config: {path} defines no get_config(arg=None)")
-  cfg = module.get_config(arg) if arg else module.get_config()
+  try:
+    cfg = module.get_config(arg) if arg else module.get_config()
+  except ConfigOverrideError:
+    raise
+  except Exception as e:
+    raise ConfigOverrideError(f"--config: get_config({arg!r}) of {path} failed: "
+                              f"{_where(e, path)}{type(e).__name__}: {e}") from None
   if not isinstance(cfg, ml_collections.ConfigDict):
     raise ConfigOverrideError(f"--config: get_config() of {path} must return a ConfigDict")
   return cfg
+
+
+def _where(e: BaseException, path: str) -> str:
+  """"line N: " of the innermost traceback frame inside the config file, else ""."""
+  import traceback
+  frames = [f for f in traceback.extract_tb(e.__traceback__)
+            if os.path.abspath(f.filename) == os.path.abspath(path)]
+  return f"line {frames[-1].lineno}: " if frames else ""
 
 
 def split_overrides(argv: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:

@@ -6,13 +6,22 @@ model is loaded. See docs/training.md.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import shutil
 import sys
 
 from ssp_jax import config_loader
 
 DEFAULT_CONFIG = config_loader.repo_path("configs", "tiny.py")
+MIN_FREE_BYTES = 64 << 20   # below this the first checkpoint or metrics line cannot be written
+DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+DISK_TEXTS = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+
+
+class SetupError(ValueError):
+  """The workdir or the retrieval server cannot be used; the message names it and the fix."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,15 +51,85 @@ def run(args: argparse.Namespace) -> int:
   if config.distributed:
     start_distributed()
   import jax
-  os.makedirs(config.workdir, exist_ok=True)
-  if jax.process_index() == 0:   # the other processes of a multi-host run share the workdir
-    with open(os.path.join(config.workdir, "config.json"), "w", encoding="utf-8") as f:
-      f.write(config.to_json_best_effort(indent=2))
+  try:
+    prepare_workdir(config, write=jax.process_index() == 0)  # other hosts share the workdir
+    if config.get("game", "ssp") != "svs" and config.retrieval.url:
+      probe_retriever(config.retrieval)
+  except SetupError as e:
+    print(f"ssp-jax train: {e}", file=sys.stderr)
+    return 2
   if config.get("game", "ssp") == "svs":
     from ssp_jax.svs.trainer import train
   else:
     from ssp_jax.ssp.trainer import train
-  return train(config)
+  try:
+    return train(config)
+  except Exception as e:
+    err = disk_error(e)
+    if err is None or os.environ.get("SSP_JAX_DEBUG"):
+      raise
+    print(f"ssp-jax train: cannot write to {config.workdir!r} ({err}); free space or fix "
+          "its permissions, then run the same command again to resume from the last "
+          "checkpoint", file=sys.stderr)
+    return 2
+
+
+def disk_error(e: BaseException):
+  """The OS reason ("No space left on device", ...) when `e` or an exception it chains from is
+  a disk fault (orbax and tensorstore re-raise them in other types), else None."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+      return e.strerror or os.strerror(e.errno)
+    text = str(e)
+    for t in DISK_TEXTS:
+      if t in text:
+        return t
+    e = e.__cause__ or e.__context__
+  return None
+
+
+def prepare_workdir(config, write: bool = True) -> None:
+  """Creates the workdir and writes config.json there; a read-only, unwritable or (nearly)
+  full disk is one SetupError naming the path, before any model is loaded."""
+  workdir = config.workdir
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    free = shutil.disk_usage(workdir).free
+    if free < MIN_FREE_BYTES:
+      raise SetupError(f"workdir {workdir!r} has {free >> 20} MiB free (needs at least "
+                       f"{MIN_FREE_BYTES >> 20} MiB for metrics and checkpoints); free space or "
+                       "set --config.workdir elsewhere")
+    if write:
+      tmp = os.path.join(workdir, ".config.json.tmp")
+      with open(tmp, "w", encoding="utf-8") as f:
+        f.write(config.to_json_best_effort(indent=2))
+      os.replace(tmp, os.path.join(workdir, "config.json"))
+  except OSError as e:
+    reason = disk_error(e) or e.strerror or f"{type(e).__name__}: {e}"
+    raise SetupError(f"workdir {workdir!r} is not writable ({reason}); set --config.workdir to "
+                     "a writable directory") from None
+
+
+def probe_retriever(rcfg) -> None:
+  """One query to `retrieval.url` before any model is loaded. Unreachable: a SetupError, or
+  with retrieval.on_unreachable="warn" a warning (the run goes on, and each failed search is
+  counted in the metric search/failed_rate)."""
+  import retrieval
+  client = retrieval.HttpRetriever(rcfg.url, timeout=min(float(rcfg.timeout_s), 10.0),
+                                   retries=0)
+  try:
+    client.search(["connectivity probe"], topk=1)
+  except Exception as e:
+    msg = (f"retrieval.url {rcfg.url!r} does not answer ({type(e).__name__}: {e}); start "
+           "`ssp-jax retrieve` there, fix the URL, or set --config.retrieval.url= to use a "
+           "local index")
+    if rcfg.get("on_unreachable", "error") != "warn":
+      raise SetupError(msg) from None
+    logging.getLogger(__name__).warning("%s; continuing (retrieval.on_unreachable=warn): "
+                                        "failed searches are counted in search/failed_rate",
+                                        msg)
 
 
 def distributed_kwargs(environ=os.environ) -> dict:

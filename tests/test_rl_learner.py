@@ -217,4 +217,4 @@ def test_export_to_hf_round_trips(tmp_path):
                    "--dtype", "bfloat16"]) == 0
   with open(tmp_path / "hf2" / "config.json") as f:
     assert json.load(f)["torch_dtype"] == "bfloat16"
-  assert cli.main(["export", "--checkpoint", str(tmp_path / "none"), "--out", "x"]) == 1
+  assert cli.main(["export", "--checkpoint", str(tmp_path / "none"), "--out", "x"]) == 2

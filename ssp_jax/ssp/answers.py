@@ -1,7 +1,8 @@
 """The answer set: JSONL lines `{"ground_truth": str | [str], "search_turns": int,
 "sys_question_example": optional str | [str]}` (the layout of the original 50k-answer file).
 
-Read streaming; a bad line (not JSON, no usable ground truth, bad hop count) is skipped and counted,
+Read streaming; a bad line (not UTF-8, not JSON, no usable ground truth, a hop count that is not
+an integer in 1..MAX_HOPS) is skipped and counted,
 and the first offender is reported with its line number, so one broken line never kills a run.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from typing import Any, Iterator, Optional
 
 log = logging.getLogger(__name__)
+MAX_HOPS = 10   # search_turns above this is a data error (the paper's answers use 1-4ish)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,13 +59,17 @@ def parse_line(line: str, default_hops: int = 2) -> AnswerItem:
     ok = False
   if not ok:
     raise ValueError("missing or empty `ground_truth`")
-  hops = rec.get("search_turns", default_hops)
+  raw = rec.get("search_turns", default_hops)
+  if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+    raise ValueError(f"`search_turns` {raw!r} is not an integer")
   try:
-    hops = int(hops)
-  except (TypeError, ValueError):
-    raise ValueError(f"`search_turns` {hops!r} is not an integer") from None
-  if hops < 1:
-    raise ValueError(f"`search_turns` {hops} must be >= 1")
+    hops = int(raw)
+    if hops != float(raw):
+      raise ValueError
+  except (TypeError, ValueError, OverflowError):
+    raise ValueError(f"`search_turns` {raw!r} is not an integer") from None
+  if not 1 <= hops <= MAX_HOPS:
+    raise ValueError(f"`search_turns` {raw!r} is outside 1..{MAX_HOPS}")
   ex = rec.get("sys_question_example") or ()
   ex = (ex,) if isinstance(ex, str) else tuple(str(e) for e in ex)
   return AnswerItem(gt, hops, ex)
@@ -74,11 +80,15 @@ def iter_answers(path: str, stats: LoadStats, default_hops: int = 2) -> Iterator
   if not os.path.exists(path):
     raise FileNotFoundError(f"answer set {path!r} does not exist; set config.ssp.answers_path "
                             "(make one with `python -m ssp_jax.tools.make_answer_set`)")
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, 1):
-      if not line.strip():
+  with open(path, "rb") as f:
+    for lineno, raw in enumerate(f, 1):
+      if not raw.strip():
         continue
       try:
+        try:
+          line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+          raise ValueError(f"not UTF-8 (byte {e.start})") from None
         item = parse_line(line, default_hops)
       except ValueError as e:
         stats.bad += 1

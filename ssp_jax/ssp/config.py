@@ -98,6 +98,8 @@ def base_run_config() -> ml_collections.ConfigDict:
   c.retrieval.url = ""          # http://host:port of `ssp-jax retrieve` (overrides index_dir)
   c.retrieval.timeout_s = 30.0  # HTTP client timeout per call
   c.retrieval.retries = 3       # HTTP client retries
+  c.retrieval.on_unreachable = "error"  # url probed at start: "error" (exit 2) | "warn" (run;
+                                        # each failed search is counted in search/failed_rate)
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 5        # save every N steps (and at the last step)

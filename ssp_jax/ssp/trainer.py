@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import threading
 import time
 import jax
 import numpy as np
@@ -154,6 +156,39 @@ def latest_checkpoint(workdir: str):
   return max(steps, default=None)
 
 
+class StopOnSignal:
+  """While active, the first SIGTERM or SIGINT only sets `signum` (the loop stops at the next
+  step boundary, writes a checkpoint and says where to resume); a second one stops at once.
+  Installed only from the main thread (signal handlers can be set nowhere else)."""
+
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+  def __init__(self):
+    self.signum = None
+    self._old = {}
+
+  def _handle(self, signum, frame):
+    if self.signum is not None:   # second signal: give up on the clean stop
+      raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+    self.signum = signum
+    log.warning("received %s: stopping after the current step (send it again to stop now)",
+                signal.Signals(signum).name)
+
+  @property
+  def exit_code(self) -> int:
+    return 128 + int(self.signum)
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._old = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+    return self
+
+  def __exit__(self, *exc):
+    for s, old in self._old.items():
+      signal.signal(s, old)
+    return False
+
+
 def _postfix(metrics: dict) -> dict[str, str]:
   short = {"proposer/valid_rate": "valid", "solver/reward_mean": "solve", "loss": "loss"}
   return {short[k]: f"{metrics.get(k, 0.0):.3g}" for k in MAIN_METRICS}
@@ -171,6 +206,11 @@ def train(config, *, validate=validate_config, build_fn=build, desc: str = "ssp"
     log.info("%s already has checkpoint %d >= total_steps=%d; nothing to do", config.workdir,
              done, config.total_steps)
     return 0
+  with StopOnSignal() as stop:
+    return _train_loop(config, build_fn, desc, postfix, stop)
+
+
+def _train_loop(config, build_fn, desc, postfix, stop: StopOnSignal) -> int:
   c = build_fn(config)
   start = c.start_step
   total = int(config.total_steps)
@@ -183,6 +223,8 @@ def train(config, *, validate=validate_config, build_fn=build, desc: str = "ssp"
   code = 0
   try:
     for step in range(start, total):
+      if stop.signum is not None:
+        return _stopped(c, stop, step)
       t0 = time.perf_counter()
       metrics, samples = train_one_step(c, step, key)
       metrics["time/step"] = time.perf_counter() - t0
@@ -202,8 +244,23 @@ def train(config, *, validate=validate_config, build_fn=build, desc: str = "ssp"
         log.error("%s", c.nonfinite_message())
         code = 3
         break
+      if stop.signum is not None and done < total:
+        return _stopped(c, stop, done)
   finally:
     bar.close()
     outputs.close()
     c.close()
   return code
+
+
+def _stopped(c, stop: StopOnSignal, done: int) -> int:
+  """After a signal: checkpoint the completed steps, say where to resume, exit 128+signum."""
+  if done > c.start_step:
+    c.checkpointer.save(done, c.learner.state, force=True)
+    c.checkpointer.wait()
+  name = signal.Signals(stop.signum).name
+  where = (f"checkpoint {done} in {c.checkpointer.directory}" if done in
+           c.checkpointer.all_steps() else f"no new checkpoint (resumes from step {done})")
+  log.error("stopped by %s after step %d: %s; run the same command again to resume",
+            name, done, where)
+  return stop.exit_code

@@ -35,9 +35,31 @@ def _positive(name: str, value, minimum: int = 1) -> None:
     raise ConfigError(f"config.{name}={value} must be >= {minimum}")
 
 
+def check_budgets(config, role_budgets: dict) -> None:
+  """Token budgets that leave something to generate and to train: a response budget of 0
+  would "train" on empty responses, and an rl.max_len that a full prompt fills would train on
+  none of the response. `role_budgets` maps "section.field" -> value (0 = rollout's budget)."""
+  r = config.rollout
+  _positive("rollout.max_prompt_tokens", r.max_prompt_tokens)
+  if int(r.max_response_tokens) < 1:
+    raise ConfigError(f"config.rollout.max_response_tokens={r.max_response_tokens} leaves no "
+                      "token to generate, so nothing to train; set it >= 1 (e.g. 192)")
+  for name, value in role_budgets.items():
+    if int(value) < 0:
+      raise ConfigError(f"config.{name}={value} must be >= 0 (0 = "
+                        "rollout.max_response_tokens)")
+  if int(config.rl.max_len) <= int(r.max_prompt_tokens):
+    raise ConfigError(f"config.rl.max_len={config.rl.max_len} must exceed "
+                      f"config.rollout.max_prompt_tokens={r.max_prompt_tokens}, or a full prompt "
+                      "leaves no response token to train on; raise rl.max_len")
+
+
 def validate_config(config) -> None:
   """Raises ConfigError on the first problem found."""
   s = config.ssp
+  check_budgets(config, {"ssp.proposer_max_new_tokens": s.proposer_max_new_tokens,
+                         "ssp.solver_max_new_tokens": s.solver_max_new_tokens})
+  _positive("ssp.rag.max_new_tokens", s.rag.max_new_tokens)
   if not config.workdir:
     raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
   _positive("total_steps", config.total_steps)
@@ -64,6 +86,8 @@ def validate_config(config) -> None:
   _path("ssp.answers_path", s.answers_path)
   _path("model.path", config.model.path)
   _path("retrieval.index_dir", config.retrieval.index_dir)
+  _choice("retrieval.on_unreachable", config.retrieval.get("on_unreachable", "error"),
+          ("error", "warn"))
   for name, source in (("ssp.rag.verifier", s.rag.verifier), ("ssp.judge.source", s.judge.source)):
     if remote.is_url(source):
       if not s.judge.model:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
-from ssp_jax.ssp.validate import ConfigError, _choice, _path, _positive
+from ssp_jax.ssp.validate import ConfigError, _choice, _path, _positive, check_budgets
 
 GROUP_ESTIMATORS = ("grpo", "rloo")
 
@@ -26,6 +26,8 @@ def validate_config(config) -> None:
   if not config.workdir:
     raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
   _positive("total_steps", config.total_steps)
+  check_budgets(config, {"svs.solve_max_new_tokens": s.solve_max_new_tokens,
+                         "svs.synth_max_new_tokens": s.synth_max_new_tokens})
   _positive("svs.batch_size", s.batch_size)
   _positive("svs.n", s.n, 2)               # GRPO groups of OQA and SPA solutions
   _positive("svs.synth_n", s.synth_n)
