@@ -68,6 +68,7 @@ def ssp_batch(a, vocab: int, seed: int = 0) -> dict:
   mask[:, : a.seq // 8] = 0
   return {"tokens": rng.integers(1, vocab, (n, a.seq), dtype=np.int32), "loss_mask": mask,
           "old_logp": np.zeros((n, a.seq), np.float32),
+          "length": np.full(n, a.seq, np.int32),   # full rows (packing keeps one per row)
           "advantages": rng.normal(size=n).astype(np.float32),
           "role": np.asarray([0] * a.proposers + [1] * (n - a.proposers), np.int32),
           "prompt": np.asarray(list(range(a.proposers)) +
