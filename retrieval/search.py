@@ -23,6 +23,12 @@ def check_request(queries, topk) -> None:
   """Raises ValueError naming the bad field (shared by in-process search and the server)."""
   if not isinstance(queries, (list, tuple)) or not all(isinstance(q, str) for q in queries):
     raise ValueError("queries must be a list of strings")
+  for i, q in enumerate(queries):
+    try:
+      q.encode("utf-8")
+    except UnicodeEncodeError:
+      raise ValueError(f"queries[{i}] is not valid Unicode text (a lone surrogate such as "
+                       "\\ud800); pass UTF-8 text") from None
   if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
     raise ValueError(f"topk must be a positive integer, got {topk!r}")
 
