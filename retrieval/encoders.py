@@ -199,6 +199,8 @@ def plan_batches(lengths: Sequence[int], padded: Sequence[int], n_dev: int, *,
   most tokens_per_batch / T rows, so each T is one shape [B, T] (B a multiple of n_dev) and
   fewer than one row per batch is padding."""
   lengths = np.asarray(lengths, np.int64)
+  if not len(lengths):
+    return []
   order = np.argsort(lengths, kind="stable")
   padded = np.asarray(padded, np.int64)
   which = np.searchsorted(padded, np.minimum(lengths[order], padded[-1]))
