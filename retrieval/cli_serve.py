@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   s.add_argument("--max-queries", type=int, default=1024, help="queries per request")
   s.add_argument("--max-topk", type=int, default=100)
   s.add_argument("--max-query-chars", type=int, default=4096)
+  s.add_argument("--threads", type=int, default=512,
+                 help="connections served at once (more wait in a listen backlog of 2x this)")
   s.add_argument("--verbose", action="store_true", help="log every request")
 
 
@@ -36,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     kwargs["encoder_path"] = args.encoder_path
   retriever = load_retriever(index_dir, **kwargs)
   limits = Limits(max_queries=args.max_queries, max_query_chars=args.max_query_chars,
-                  max_topk=args.max_topk)
+                  max_topk=args.max_topk, max_threads=args.threads,
+                  backlog=max(128, 2 * args.threads))
   server = make_server(retriever, args.host, args.port, limits, args.verbose)
   host, port = server.server_address[:2]
   print(f"serving {index_dir} on http://{host}:{port} (POST /retrieve, GET /health)",

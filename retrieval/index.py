@@ -94,32 +94,77 @@ def shard_path(out: str, k: int) -> str:
   return os.path.join(out, "emb", f"shard_{k:05d}.npy")
 
 
-def encode_shards(encoder, out: str, n: int, shard_size: int, progress: bool = True) -> None:
-  """Encodes passages shard by shard, skipping shards already on disk. Tokenization of the next
-  shard runs on a host thread while the device encodes the current one."""
+def _shard_texts(store: DocStore, rows: range, need_passages: bool,
+                 n_sentences: int) -> tuple[list[str], Optional[np.ndarray]]:
+  """The texts to encode for one passage shard: its passages (if needed), then the sentence
+  windows of each passage (if n_sentences); and the window offsets [len(rows) + 1]."""
+  contents = [store.get(r)["contents"] for r in rows]
+  texts = list(contents) if need_passages else []
+  offsets = None
+  if n_sentences:
+    per = [windows.passage_windows(c, n_sentences) for c in contents]
+    offsets = np.cumsum([0] + [len(w) for w in per]).astype(np.int64)
+    texts += [w for ws in per for w in ws]
+  return texts, offsets
+
+
+def encode_shards(encoder, out: str, n: int, shard_size: int, sentence_windows: int = 0,
+                  progress: bool = True) -> None:
+  """Encodes the passages (and, with sentence_windows N > 0, the N-sentence windows) of every
+  passage shard, skipping what is already on disk (`emb/`, `win/`).
+
+  One pass per shard: its passages and windows are tokenized together, identical token
+  sequences are encoded once (a passage of at most N sentences is its own window), and the
+  encoder batches all of them by length (`DenseEncoder.encode_many`). Tokenization of the next
+  shard runs on a host thread while the current one encodes."""
   from tqdm import tqdm
   os.makedirs(os.path.join(out, "emb"), exist_ok=True)
+  if sentence_windows:
+    windows.prepare_dir(out, sentence_windows)
   store = DocStore(out)
   n_shards = math.ceil(n / shard_size)
-  todo = [k for k in range(n_shards) if not os.path.exists(shard_path(out, k))]
-  done = n - sum(min(shard_size, n - k * shard_size) for k in todo)
+  rows_of = lambda k: range(k * shard_size, min(n, (k + 1) * shard_size))  # noqa: E731
+  need = {}
+  for k in range(n_shards):
+    p = not os.path.exists(shard_path(out, k))
+    w = bool(sentence_windows) and not os.path.exists(windows.shard_path(out, k))
+    if p or w:
+      need[k] = (p, w)
+  todo = sorted(need)
 
   def tokenize(k):
-    rows = range(k * shard_size, min(n, (k + 1) * shard_size))
-    return encoder.tokenize([store.get(r)["contents"] for r in rows], "passage")
+    p, w = need[k]
+    texts, offsets = _shard_texts(store, rows_of(k), p, sentence_windows if w else 0)
+    ids = encoder.tokenize(texts, "passage")
+    uniq: dict[tuple, int] = {}
+    index = np.array([uniq.setdefault(tuple(x), len(uniq)) for x in ids], np.int64)
+    return [list(x) for x in uniq], index, offsets
 
-  bar = tqdm(total=n, initial=done, unit="passage", desc="encoding", disable=not progress,
-             smoothing=0.05, dynamic_ncols=True, file=sys.stderr)
+  done = n - sum(len(rows_of(k)) for k in todo)
+  bar = tqdm(total=n, initial=done, unit="passage",
+             desc="encoding" + (f" (+ {sentence_windows}-sentence windows)"
+                                if sentence_windows else ""),
+             disable=not progress, smoothing=0.05, dynamic_ncols=True, file=sys.stderr)
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
     nxt = pool.submit(tokenize, todo[0]) if todo else None
     for i, k in enumerate(todo):
-      ids = nxt.result()
+      ids, index, offsets = nxt.result()
       nxt = pool.submit(tokenize, todo[i + 1]) if i + 1 < len(todo) else None
-      emb = encoder.encode_ids(ids)
-      tmp = shard_path(out, k) + ".tmp.npy"
-      np.save(tmp, emb)
-      os.replace(tmp, shard_path(out, k))   # a shard exists only when it is complete
-      bar.update(len(ids))
+      base, texts_done = bar.n, [0]
+
+      def advance(m, k=k, base=base, n_texts=max(1, len(ids))):   # texts -> passages of k
+        texts_done[0] += m
+        bar.update(base + len(rows_of(k)) * texts_done[0] // n_texts - bar.n)
+
+      emb = encoder.encode_many(ids, progress=advance)[index]
+      p, _ = need[k]
+      n_rows = len(rows_of(k)) if p else 0
+      if p:
+        tmp = shard_path(out, k) + ".tmp.npy"
+        np.save(tmp, emb[:n_rows])
+        os.replace(tmp, shard_path(out, k))   # a shard exists only when it is complete
+      if offsets is not None:
+        windows.save_shard(out, k, emb[n_rows:], offsets)
   bar.close()
 
 
@@ -167,25 +212,9 @@ def _write_index(index, path: str) -> None:
   os.replace(path + ".tmp", path)
 
 
-def encode_window_shards(encoder, out: str, n: int, shard_size: int, n_sentences: int,
-                         progress: bool = True) -> None:
-  """Encodes the sentence windows of every passage, one shard per passage shard (resumable)."""
-  from tqdm import tqdm
-  windows.prepare_dir(out, n_sentences)
-  store = DocStore(out)
-  n_shards = math.ceil(n / shard_size)
-  todo = [k for k in range(n_shards) if not os.path.exists(windows.shard_path(out, k))]
-  bar = tqdm(total=n, initial=n - sum(min(shard_size, n - k * shard_size) for k in todo),
-             unit="passage", desc=f"encoding {n_sentences}-sentence windows",
-             disable=not progress, smoothing=0.05, dynamic_ncols=True, file=sys.stderr)
-  for k in todo:
-    rows = range(k * shard_size, min(n, (k + 1) * shard_size))
-    per = [windows.passage_windows(store.get(r)["contents"], n_sentences) for r in rows]
-    offsets = np.cumsum([0] + [len(w) for w in per]).astype(np.int64)
-    emb = encoder.encode_ids(encoder.tokenize([w for ws in per for w in ws], "passage"))
-    windows.save_shard(out, k, emb, offsets)
-    bar.update(len(rows))
-  bar.close()
+def _digest(path: str) -> Optional[str]:
+  from retrieval.encoders import encoder_digest
+  return encoder_digest(path) if os.path.isdir(path) else None
 
 
 def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_size: int = 256,
@@ -216,16 +245,16 @@ def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_
     from retrieval.encoders import DenseEncoder
     encoder = DenseEncoder(spec, batch_size=batch_size, dtype=jnp.dtype(dtype),
                            devices=devices or jax.devices(), attn_impl=attn_impl)
-  encode_shards(encoder, out, n, shard_size, progress)
+  encode_shards(encoder, out, n, shard_size, sentence_windows, progress)
   n_shards = math.ceil(n / shard_size)
   index, params = make_faiss_index([shard_path(out, k) for k in range(n_shards)], n, encoder.dim,
                                    index_type)
   _write_index(index, os.path.join(out, FAISS_FILE))
   meta = {"format": FORMAT_VERSION, "encoder": "dense", "index_type": index_type,
           "num_passages": n, "dim": encoder.dim, "corpus": os.path.abspath(corpus),
-          "spec": spec.to_meta(), "dtype": dtype, "search_params": params}
+          "spec": spec.to_meta(), "encoder_digest": _digest(spec.path), "dtype": dtype,
+          "search_params": params}
   if sentence_windows:
-    encode_window_shards(encoder, out, n, shard_size, sentence_windows, progress)
     offsets = windows.global_offsets(out, n_shards)
     np.save(os.path.join(out, windows.OFFSETS_FILE), offsets)
     m = int(offsets[-1])

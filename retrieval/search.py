@@ -23,6 +23,12 @@ def check_request(queries, topk) -> None:
   """Raises ValueError naming the bad field (shared by in-process search and the server)."""
   if not isinstance(queries, (list, tuple)) or not all(isinstance(q, str) for q in queries):
     raise ValueError("queries must be a list of strings")
+  for i, q in enumerate(queries):
+    try:
+      q.encode("utf-8")
+    except UnicodeEncodeError:
+      raise ValueError(f"queries[{i}] is not valid Unicode text (a lone surrogate such as "
+                       "\\ud800); pass UTF-8 text") from None
   if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
     raise ValueError(f"topk must be a positive integer, got {topk!r}")
 
@@ -39,6 +45,18 @@ def open_faiss(path: str, params: Optional[dict]):
   return index
 
 
+def _same_encoder_here(meta: dict) -> Optional[str]:
+  """The installed default encoder when it is byte-identical to the one an index was built with
+  (recorded as `encoder_digest`): an index built from another checkout or virtualenv."""
+  from retrieval.encoders import default_encoder_path, encoder_digest
+  want = meta.get("encoder_digest")
+  try:
+    here = default_encoder_path()
+  except FileNotFoundError:
+    return None
+  return here if want and os.path.isdir(here) and encoder_digest(here) == want else None
+
+
 class DenseRetriever:
   """Encodes queries with the index's own encoder spec (host CPU by default), then faiss."""
 
@@ -50,6 +68,8 @@ class DenseRetriever:
     spec_meta = dict(self.meta["spec"])
     if encoder_path:
       spec_meta["path"] = os.path.abspath(encoder_path)
+    elif not os.path.isdir(spec_meta["path"]):
+      spec_meta["path"] = _same_encoder_here(self.meta) or spec_meta["path"]
     if not os.path.isdir(spec_meta["path"]):
       raise FileNotFoundError(f"the index was built with the encoder {spec_meta['path']}, which is "
                               "not here; pass encoder_path= (--encoder-path) to its local copy")
@@ -181,16 +201,25 @@ def _file_lock(path: str):
 DEFAULT_SENTENCE_WINDOWS = 1
 
 
+def default_index_key(corpus: str, spec) -> str:
+  """What decides the default index: the corpus bytes, the encoder's bytes, the encoding
+  settings and the layout. Not where they are installed, so every checkout and virtualenv with
+  the same files shares one cached index."""
+  from retrieval.encoders import encoder_digest
+  from retrieval.index import FORMAT_VERSION
+  settings = {k: v for k, v in spec.to_meta().items() if k != "path"}
+  return repr((("corpus", _file_digest(corpus)), ("encoder", encoder_digest(spec.path)),
+               ("settings", sorted(settings.items())), ("index_type", "flat"),
+               ("sentence_windows", DEFAULT_SENTENCE_WINDOWS), ("format", FORMAT_VERSION)))
+
+
 def default_index_dir() -> str:
   """The MiniLM dense Flat index over the embedded corpus, with 1-sentence windows: built on
   first use (a few minutes on a 2-core CPU) into `$SSP_JAX_CACHE` (default ~/.cache/ssp-jax),
   loaded afterwards."""
   from retrieval.encoders import detect_spec
   corpus, spec = default_corpus_path(), detect_spec()
-  weights = os.path.join(spec.path, "model.safetensors")
-  key = hashlib.sha1(repr((_file_digest(corpus), spec.to_meta(),
-                           os.path.getsize(weights) if os.path.exists(weights) else 0,
-                           ("sentence_windows", DEFAULT_SENTENCE_WINDOWS))).encode())
+  key = hashlib.sha1(default_index_key(corpus, spec).encode())
   out = os.path.join(cache_root(), "index", f"minilm-wiki_sample-{key.hexdigest()[:12]}")
   if os.path.exists(os.path.join(out, META_FILE)):
     return out

@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+  from ssp_jax.quiet import quiet_libraries
+  quiet_libraries()   # before any verb imports jax / faiss / transformers
   argv = sys.argv[1:] if argv is None else argv
   parser = build_parser()
   args = parser.parse_args(argv)

@@ -64,11 +64,11 @@ class Interrupting:
     self.inner, self.fail_after, self.calls = inner, fail_after, 0
     self.dim, self.tokenize = inner.dim, inner.tokenize
 
-  def encode_ids(self, ids):
+  def encode_many(self, ids, progress=None):   # what index builds call, once per shard
     if self.fail_after is not None and self.calls >= self.fail_after:
       raise KeyboardInterrupt("simulated interruption")
     self.calls += 1
-    return self.inner.encode_ids(ids)
+    return self.inner.encode_many(ids, progress)
 
 
 def test_interrupted_build_resumes_and_equals_uninterrupted(tiny_e5, small_corpus, tmp_path):

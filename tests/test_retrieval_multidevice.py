@@ -25,3 +25,5 @@ def test_data_parallel_encoding_equals_single_device(tmp_path):
   assert enc8.batch_size == 16 and enc8.n_dev == 8
   many = enc8.encode(texts, "passage")
   assert np.max(np.abs(one - many)) < 1e-5
+  ids = enc8.tokenize(texts, "passage")    # an index build's planned shapes, rows split over 8
+  assert np.max(np.abs(one - enc8.encode_many(ids))) < 1e-5

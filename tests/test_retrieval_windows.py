@@ -90,13 +90,18 @@ def test_interrupted_window_build_resumes(tiny_bert, tmp_path):
   full = str(tmp_path / "full")
   index_lib.build_dense(corpus, full, spec, encoder=enc, **kw)
   part = str(tmp_path / "part")
-  with pytest.raises(KeyboardInterrupt):   # passages done, stopped in the second window shard
-    index_lib.build_dense(corpus, part, spec, encoder=Interrupting(enc, fail_after=4), **kw)
-  assert os.path.exists(windows.shard_path(part, 0)) and not os.path.exists(windows.shard_path(part, 1))
+  with pytest.raises(KeyboardInterrupt):   # shard 0 done (passages + windows), stopped in shard 1
+    index_lib.build_dense(corpus, part, spec, encoder=Interrupting(enc, fail_after=1), **kw)
+  assert os.path.exists(index_lib.shard_path(part, 0)) and os.path.exists(windows.shard_path(part, 0))
+  assert not os.path.exists(index_lib.shard_path(part, 1))
+  assert not os.path.exists(windows.shard_path(part, 1))
   assert not os.path.exists(os.path.join(part, index_lib.META_FILE))
   resumed = Interrupting(enc)
   meta = index_lib.build_dense(corpus, part, spec, encoder=resumed, **kw)
-  assert resumed.calls == 2            # only the two missing window shards
+  assert resumed.calls == 2            # only the two missing shards (passages + windows each)
+  for k in range(3):
+    np.testing.assert_array_equal(np.load(index_lib.shard_path(full, k)),
+                                  np.load(index_lib.shard_path(part, k)))
   for k in range(3):
     np.testing.assert_array_equal(np.load(windows.shard_path(full, k)),
                                   np.load(windows.shard_path(part, k)))
@@ -105,8 +110,10 @@ def test_interrupted_window_build_resumes(tiny_bert, tmp_path):
   q = ["ants and colonies", recs[3]["contents"][:80]]
   assert load_retriever(full).search(q, 3) == load_retriever(part).search(q, 3)
   # A different N redoes the windows (not the passages) and the meta says which N.
+  passages_before = [os.stat(index_lib.shard_path(part, k)).st_mtime_ns for k in range(3)]
   meta = index_lib.build_dense(corpus, part, spec, encoder=enc, shard_size=16, sentence_windows=1,
                                progress=False)
+  assert [os.stat(index_lib.shard_path(part, k)).st_mtime_ns for k in range(3)] == passages_before
   assert meta["windows"]["sentences"] == 1
   assert meta["windows"]["num_windows"] == sum(len(windows.passage_windows(r["contents"], 1))
                                                for r in recs)
