@@ -177,3 +177,19 @@ def test_narrow_mode_is_the_earlier_checker():
   assert M.grade("The answer is 4.", "4", fallbacks=False, use_math_verify=False) == 0.0
   assert M.grade("\\boxed{3, 1, 2}", "1, 2, 3", fallbacks=False, use_math_verify=False) == 0.0
   assert M.grade("\\boxed{4}", "4", fallbacks=False, use_math_verify=False) == 1.0
+
+
+def test_grade_pool_in_worker_processes_matches_in_process():
+  from ssp_jax.svs.grade_pool import MIN_PAIRS_FOR_POOL, GradePool
+  pairs = (FORMS + NEAR_MISSES) * (MIN_PAIRS_FOR_POOL // len(FORMS + NEAR_MISSES) + 1)
+  responses, refs = [r for r, _ in pairs], [a for _, a in pairs]
+  pool = GradePool(workers=2)
+  try:
+    got = pool.grade(responses, refs)
+    assert pool._ex is not None                    # really went through the processes
+  finally:
+    pool.close()
+  assert got == GradePool(0).grade(responses, refs)
+  assert got == [1.0 if (r, a) in FORMS else 0.0 for r, a in pairs]
+  with pytest.raises(ValueError, match="references"):
+    GradePool(0).grade(["a"], [])

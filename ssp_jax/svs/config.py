@@ -40,6 +40,7 @@ def get_svs_config() -> ml_collections.ConfigDict:
   c.skip_without_synthesis = True   # original: no valid synthetic problem -> skip the whole step;
   #                                   False (difference): still train the OQA groups
   c.samples_per_step = 8        # problems written to samples_<step>.jsonl
+  c.grader_workers = 0          # answer-checking processes (0/1: in the trainer's process)
   return c
 
 
@@ -134,6 +135,7 @@ def original_run_config(root: str, model_dir: str, train_file: str,
   s.problem_filter = "tokens"                  # solving prompt <= max_prompt_length tokens
   s.max_problem_prompt_tokens = 4096
   s.skip_without_synthesis = True
+  s.grader_workers = 16                        # original: 64 reward processes per node
 
   e = c.eval
   e.datasets = ml_collections.ConfigDict({"math_aime": f"{root}/data/{EVAL_FILE}"})

@@ -42,6 +42,7 @@ from ssp_jax.rl.config import ROLE_IDS
 from ssp_jax.ssp.game import StepOutput
 from ssp_jax.svs import math_grader, prompts
 from ssp_jax.svs.data import MathProblem, ProblemIterator
+from ssp_jax.svs.grade_pool import GradePool
 from ssp_jax.types import Trajectory
 
 PROPOSER, SOLVER = ROLE_IDS["proposer"], ROLE_IDS["solver"]
@@ -123,6 +124,7 @@ class SvSGame:
     self.max_prompt_tokens = int(max_prompt_tokens)
     self.max_problem_prompt_tokens = int(max_problem_prompt_tokens or max_prompt_tokens)
     self.skipped_total = 0
+    self.grader = GradePool(int(svs_cfg.get("grader_workers", 0)))
     self.timings: collections.Counter = collections.Counter()
 
   # -- checkpointed state ---------------------------------------------------------------------
@@ -145,7 +147,7 @@ class SvSGame:
 
   def _grade(self, trajs: Sequence[Trajectory], answers: Sequence[str]) -> list[float]:
     t0 = time.perf_counter()
-    out = [math_grader.grade(t.text, a) for t, a in zip(trajs, answers)]
+    out = self.grader.grade([t.text for t in trajs], list(answers))
     for t, r, a in zip(trajs, out, answers):
       t.meta.update(reward=r, prediction=math_grader.extract_answer(t.text), answer=a)
     self.timings["grade"] += time.perf_counter() - t0

@@ -12,6 +12,8 @@ Prints one JSON line:
                                      `reward_model.ground_truth` (only with --eval)
   grade_per_s, batch_256x8_s          throughput on 2,048 responses (256 problems x 8: a mix of
                                      correct, near-miss and wrong answers), one process
+  hard_wrong_per_s                   the slow path: distinct wrong answers that no cheap stage
+                                     settles (expression vs tuple), each reaching math_verify
 """
 from __future__ import annotations
 
@@ -97,6 +99,12 @@ def main(argv=None) -> int:
     math_grader.grade(r, a)
   dt = time.perf_counter() - t0
   out.update(batch_256x8_s=round(dt, 3), grade_per_s=round(len(batch) / dt, 1))
+  hard = [("\\boxed{x^{%d} + %d y}" % (i % 5 + 2, i), "(%d, \\frac{%d}{3})" % (i, i + 1))
+          for i in range(256)]                   # distinct wrong answers that reach math_verify
+  t0 = time.perf_counter()
+  for r, a in hard:
+    math_grader.grade(r, a)
+  out.update(hard_wrong_per_s=round(len(hard) / (time.perf_counter() - t0), 1))
   if args.eval:
     from ssp_jax.svs.data import read_records
     rows = [rec for _, rec in read_records(args.eval)

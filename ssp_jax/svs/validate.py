@@ -42,6 +42,9 @@ def validate_config(config) -> None:
     raise ConfigError(f"config.svs.vps_training_ratio={s.vps_training_ratio} must be in (0, 1]")
   _choice("svs.problem_filter", s.problem_filter, ("tokens", "chars"))
   _choice("svs.synthesis_prompt", s.synthesis_prompt, tuple(SYNTHESIS_PROMPTS))
+  if s.get("grader_workers", 0) < 0:
+    raise ConfigError(f"config.svs.grader_workers={s.grader_workers} must be >= 0 "
+                      "(0 = grade in the trainer's process)")
   if s.max_problem_prompt_tokens < 0:
     raise ConfigError(f"config.svs.max_problem_prompt_tokens={s.max_problem_prompt_tokens} must "
                       "be >= 0 (0 = rollout.max_prompt_tokens)")
