@@ -31,6 +31,8 @@ setup(
         "jinja2>=3.1",
         "sympy>=1.12",             # SvS answer checking: symbolic equality of math answers
         "matplotlib>=3.8",         # `ssp-jax plot`: PNG curves of metrics.jsonl (Agg backend)
+        "math-verify>=0.7",        # SvS answer checking: the original's math_verify stage
+        "pyarrow>=14",             # SvS data: the original's parquet files (verl schema)
     ],
     extras_require={
         # Parity references for the tests. torch==2.13.0 takes the CPU build.

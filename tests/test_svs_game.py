@@ -15,6 +15,7 @@ from ssp_jax.rl.advantages import grpo_advantages
 from ssp_jax.ssp.trainer import train_one_step
 from ssp_jax.svs import config as svs_config
 from ssp_jax.svs import game as G
+from ssp_jax.svs import prompts as P
 from ssp_jax.svs.data import MathProblem, ProblemIterator
 from ssp_jax.types import Trajectory
 
@@ -98,10 +99,11 @@ def rl_cfg():
   return c
 
 
-def make_game(problems=PROBLEMS, max_prompt_tokens=10_000, **kw):
+def make_game(problems=PROBLEMS, max_prompt_tokens=10_000, max_problem_prompt_tokens=None, **kw):
   llm = ScriptedLLM()
   data = ProblemIterator(list(problems), shuffle=False)
-  return G.SvSGame(svs_cfg(**kw), rl_cfg(), llm, data, max_prompt_tokens=max_prompt_tokens), llm
+  return G.SvSGame(svs_cfg(**kw), rl_cfg(), llm, data, max_prompt_tokens=max_prompt_tokens,
+                   max_problem_prompt_tokens=max_problem_prompt_tokens), llm
 
 
 def play(game):
@@ -226,11 +228,53 @@ def test_bounds_come_from_the_config():
 
 
 def test_long_synthesis_prompts_are_dropped():
-  game, llm = make_game(max_prompt_tokens=5)
+  game, llm = make_game(max_prompt_tokens=5, skip_without_synthesis=False)
   out = play(game)
   assert out.metrics["vps/inputs"] == 0 and out.metrics["vps/dropped_long_prompts"] == 3
   assert ("synth", 0) not in llm.calls and len(llm.calls) == 1
-  assert _sections(out) == ["oqa"] * 12                # OQA still trains
+  assert _sections(out) == ["oqa"] * 12                # the option: OQA still trains
+  assert out.metrics["svs/skipped"] == 0.0
+
+
+def test_step_is_skipped_when_no_synthetic_problem_is_extracted():
+  """The original's rule (the default): no valid synthetic problem -> no update at all."""
+  no_block = {k: [None] * 3 for k in SYNTH}             # every synthesis: "I cannot tell."
+  import unittest.mock
+  with unittest.mock.patch.dict(SYNTH, no_block):
+    game, llm = make_game()
+    out = play(game)
+  assert out.metrics["svs/skipped"] == 1.0 and out.metrics["svs/skipped_no_synthesis"] == 1.0
+  assert out.metrics["svs/skipped_total"] == 1.0 and out.metrics["vps/valid_rate"] == 0.0
+  assert out.trajectories == [] and len(out.advantages) == 0
+  assert [c[0] for c in llm.calls] == ["solve", "synth"]     # no SPA rollouts
+  # the option keeps training the OQA groups of the same step
+  with unittest.mock.patch.dict(SYNTH, no_block):
+    game, _ = make_game(skip_without_synthesis=False)
+    out = play(game)
+  assert out.metrics["svs/skipped"] == 0.0 and _sections(out) == ["oqa"] * 12
+
+
+def test_token_filter_on_the_solving_prompt():
+  """`problem_filter="tokens"`: a synthetic problem whose solving prompt (problem + the boxed
+  suffix, chat formatted) is longer than max_problem_prompt_tokens is rejected."""
+  game, _ = make_game(max_problem_prompt_tokens=10_000)
+  block = "```text\n" + " ".join(["word"] * 30) + "\n```"
+  assert game.check_problem(block)[0] is not None
+  n_tokens = len(game.engine.tok.prompt_ids(P.solve_messages(" ".join(["word"] * 30))))
+  game.max_problem_prompt_tokens = n_tokens
+  assert game.check_problem(block)[1] is None                      # fits exactly
+  game.max_problem_prompt_tokens = n_tokens - 1
+  assert game.check_problem(block) == (None, "too_long_tokens")
+  # the token filter has no character bounds (the original has none): a 3-character problem
+  assert game.check_problem("```text\nx=1\n```") == ("x=1", None)
+  # the "chars" option is ssp-jax's earlier filter
+  game.cfg.problem_filter = "chars"
+  assert game.check_problem("```text\nx=1\n```") == (None, "too_short")
+  # a play() with a tiny limit rejects every synthesis for its length and skips the step
+  game, _ = make_game()
+  game.max_problem_prompt_tokens = 3
+  out = play(game)
+  assert out.metrics["vps/reject/too_long_tokens"] > 0 and out.metrics["svs/skipped"] == 1.0
 
 
 def test_samples_show_problems_and_syntheses():

@@ -21,7 +21,8 @@ def build(config) -> Components:
   from ssp_jax.rl.learner import Learner
   from ssp_jax.rollout import RolloutEngine
   s = config.svs
-  problems = load_problems(s.train_path or default_train_path())
+  problems = load_problems(s.train_path or default_train_path(),
+                           strip_instructions=s.get("strip_instructions", True))
   log.info("problem set: %d problems from %s", len(problems), s.train_path or "builtin")
   data = ProblemIterator(problems, seed=s.seed, shuffle=s.shuffle)
   sharder = make_sharder(config)
@@ -31,7 +32,8 @@ def build(config) -> Components:
   del params
   engine = RolloutEngine(model_cfg, tokenizer, config.rollout, None, sharder)
   game = game_lib.SvSGame(s, config.rl, engine, data, max_prompt_tokens=(
-      s.max_synthesis_prompt_tokens or config.rollout.max_prompt_tokens))
+      s.max_synthesis_prompt_tokens or config.rollout.max_prompt_tokens),
+      max_problem_prompt_tokens=(s.max_problem_prompt_tokens or config.rollout.max_prompt_tokens))
   ckpt = Checkpointer(os.path.join(config.workdir, "checkpoints"),
                       save_every=config.checkpoint.every, keep=config.checkpoint.keep,
                       async_save=config.checkpoint.async_save, model_config=model_cfg)

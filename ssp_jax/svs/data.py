@@ -1,13 +1,24 @@
-"""Math problem sets for SvS: JSONL loading and a resumable, seeded epoch iterator.
+"""Math problem sets for SvS: JSONL or parquet loading and a resumable, seeded epoch iterator.
 
-A record is one JSON object per line with a problem and its reference answer:
-  problem   `problem` or `question`
-  answer    `answer` or `ref_answer`; or `solution`, a worked solution whose last \\boxed{} is
-            the answer (the MATH layout)
-  id        optional (default "<name>-<line index>")
-  data_source  optional: evaluation reports accuracy per source (e.g. MATH-500, AIME-2024)
-Numbers are accepted as answers (`"answer": 42`). A malformed record raises ValueError naming the
-file, the line and the field. Parquet is not read (no pyarrow dependency): convert it to JSONL.
+Two record layouts are read, from `.jsonl` (`.jsonl.gz`) and `.parquet` files alike:
+
+* **verl** (the original SvS / DAPO / veRL files, e.g. `MATH_12k.parquet`,
+  `dapo_math_17k.parquet`, `MATH-AIME-Evaluation.parquet`): `prompt` is a list of chat messages
+  and the problem is the content of its last `user` message; the answer is
+  `reward_model.ground_truth`; `data_source` is kept (evaluation reports per source);
+  `extra_info.index` becomes the id; `ability` and the rest of `extra_info` are ignored.
+* **flat**: the problem in `problem` or `question`; the answer in `answer` or `ref_answer`, or
+  a `solution` whose last \\boxed{} is the answer (the MATH layout); optional `id`,
+  `data_source`.
+
+Instruction text that a data-preparation script added around the problem is stripped
+(`INSTRUCTION_SUFFIXES`, `INSTRUCTION_PREFIXES`: the original's solving suffix " Please reason
+step by step, and put your final answer within \\boxed{}.", veRL's "Let's think step by step and
+output the final answer within \\boxed{}.", DAPO-17k's "Solve the following math problem step by
+step..." and "Remember to put your answer on its own line after \"Answer:\""), because the
+solving prompt adds its own suffix (prompts.py); `strip_instructions=False` keeps the text as is.
+Numbers are accepted as answers (`"answer": 42`). A malformed record raises ValueError naming
+the file, the row (JSONL: line; parquet: 0-based row) and the field.
 
 `ProblemIterator` deals problems epoch by epoch, each epoch in a permutation seeded by
 (seed, epoch); its position is a small JSON state saved in checkpoints, so a resumed run draws
@@ -18,17 +29,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
 from retrieval.corpus import iter_jsonl
-from ssp_jax.svs.math_grader import last_boxed
+from ssp_jax.svs.answer_extract import last_boxed
 
 log = logging.getLogger(__name__)
 PROBLEM_KEYS = ("problem", "question")
 ANSWER_KEYS = ("answer", "ref_answer")
 BUILTIN = {"math_sample": "math_sample.jsonl"}
+INSTRUCTION_SUFFIXES = (
+    "Please reason step by step, and put your final answer within \\boxed{}.",
+    "Let's think step by step and output the final answer within \\boxed{}.",
+    'Remember to put your answer on its own line after "Answer:".',
+)
+INSTRUCTION_PREFIXES = (
+    "Solve the following math problem step by step. The last line of your response should be "
+    "of the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,29 +91,111 @@ def _answer_of(rec: dict, where: str) -> str:
                    "`solution` (with a \\boxed{} answer)")
 
 
-def as_problem(rec: Any, where: str, fallback_id: str) -> MathProblem:
-  """Validates one record (see the module docstring) and returns it as a MathProblem."""
+def strip_instructions(problem: str) -> str:
+  """The problem without the instruction text that data preparation added (module docstring)."""
+  text = problem.strip()
+  changed = True
+  while changed:
+    changed = False
+    for suffix in INSTRUCTION_SUFFIXES:
+      if text.endswith(suffix) and len(text) > len(suffix):
+        text, changed = text[:-len(suffix)].rstrip(), True
+    for prefix in INSTRUCTION_PREFIXES:
+      if text.startswith(prefix) and len(text) > len(prefix):
+        text, changed = text[len(prefix):].lstrip(), True
+  return text
+
+
+def _verl_problem(rec: dict, where: str) -> str:
+  msgs = rec["prompt"]
+  if hasattr(msgs, "tolist"):                  # a numpy array from a pandas round trip
+    msgs = msgs.tolist()
+  if not isinstance(msgs, list) or not msgs:
+    raise ValueError(f"{where}: field `prompt` must be a non-empty list of chat messages "
+                     f"({{\"role\", \"content\"}}), got {str(msgs)[:80]!r}")
+  users = [m for m in msgs if isinstance(m, dict) and m.get("role") == "user"]
+  if not users:
+    raise ValueError(f"{where}: field `prompt` has no message with role \"user\"")
+  content = users[-1].get("content")
+  if not isinstance(content, str) or not content.strip():
+    raise ValueError(f"{where}: field `prompt[-1].content` (the user message) must be a "
+                     f"non-empty string, got {content!r}")
+  return content
+
+
+def _verl_answer(rec: dict, where: str) -> str:
+  rm = rec.get("reward_model")
+  if not isinstance(rm, dict) or "ground_truth" not in rm:
+    raise ValueError(f"{where}: a verl record (with `prompt`) needs field "
+                     "`reward_model.ground_truth`, the reference answer")
+  value = rm["ground_truth"]
+  if isinstance(value, (int, float)) and not isinstance(value, bool):
+    value = str(value)
+  if not isinstance(value, str) or not value.strip():
+    raise ValueError(f"{where}: field `reward_model.ground_truth` must be a non-empty string "
+                     f"or number, got {value!r}")
+  return value.strip()
+
+
+def as_problem(rec: Any, where: str, fallback_id: str, *,
+               strip: bool = True) -> MathProblem:
+  """Validates one record (verl or flat, see the module docstring) and returns a MathProblem."""
   if not isinstance(rec, dict):
     raise ValueError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
-  key = next((k for k in PROBLEM_KEYS if k in rec), None)
-  if key is None:
-    raise ValueError(f"{where}: no problem field; give `problem` or `question`")
-  problem = rec[key]
-  if not isinstance(problem, str) or not problem.strip():
-    raise ValueError(f"{where}: field `{key}` must be a non-empty string, got {problem!r}")
-  return MathProblem(str(rec.get("id", fallback_id)), problem.strip(), _answer_of(rec, where),
-                     str(rec.get("data_source", "")))
+  if "prompt" in rec and not any(k in rec for k in PROBLEM_KEYS):
+    problem, answer = _verl_problem(rec, where), _verl_answer(rec, where)
+    info = rec.get("extra_info")
+    if isinstance(info, dict) and info.get("index") is not None and "id" not in rec:
+      fallback_id = f"{rec.get('data_source') or fallback_id.rsplit('-', 1)[0]}-{info['index']}"
+  else:
+    key = next((k for k in PROBLEM_KEYS if k in rec), None)
+    if key is None:
+      raise ValueError(f"{where}: no problem field; give `problem` or `question` (flat) or "
+                       "`prompt` with `reward_model.ground_truth` (verl)")
+    problem = rec[key]
+    if not isinstance(problem, str) or not problem.strip():
+      raise ValueError(f"{where}: field `{key}` must be a non-empty string, got {problem!r}")
+    answer = _answer_of(rec, where)
+  problem = strip_instructions(problem) if strip else problem.strip()
+  source = rec.get("data_source")
+  return MathProblem(str(rec.get("id", fallback_id)), problem, answer,
+                     "" if source is None else str(source))
 
 
-def load_problems(spec: str, name: Optional[str] = None) -> list[MathProblem]:
-  """Every problem of a JSONL file (or `builtin:math_sample`), in file order."""
+def read_records(path: str) -> Iterator[tuple[str, Any]]:
+  """(where, record) for each record of a `.parquet` or JSONL file; `where` is "file:line"
+  (JSONL, 1-based) or "file: row N" (parquet, 0-based)."""
+  if path.endswith(".parquet"):
+    try:
+      import pyarrow.parquet as pq
+    except ImportError as e:
+      raise ValueError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from e
+    try:
+      table = pq.read_table(path)
+    except Exception as e:  # noqa: BLE001 (pyarrow raises several types for a bad file)
+      raise ValueError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from e
+    for i, rec in enumerate(table.to_pylist()):
+      yield f"{path}: row {i}", rec
+    return
+  try:
+    for lineno, rec in iter_jsonl(path):
+      yield f"{path}:{lineno}", rec
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); give a JSONL "
+                     "file, or a parquet file named *.parquet") from e
+
+
+def load_problems(spec: str, name: Optional[str] = None, *,
+                  strip_instructions: bool = True) -> list[MathProblem]:
+  """Every problem of a JSONL or parquet file (or `builtin:<name>`), in file order."""
   path = builtin_path(spec[len("builtin:"):]) if spec.startswith("builtin:") else spec
   if not os.path.exists(path):
-    raise FileNotFoundError(f"math problem file {path!r} does not exist; give a JSONL file of "
-                            "{\"problem\", \"answer\"} lines (e.g. builtin:math_sample)")
+    raise FileNotFoundError(f"math problem file {path!r} does not exist; give a JSONL or parquet "
+                            "file of {\"problem\", \"answer\"} or verl records (e.g. "
+                            "builtin:math_sample)")
   name = name or os.path.basename(path).split(".")[0]
-  out = [as_problem(rec, f"{path}:{lineno}", f"{name}-{lineno - 1}")
-         for lineno, rec in iter_jsonl(path)]
+  out = [as_problem(rec, where, f"{name}-{i}", strip=strip_instructions)
+         for i, (where, rec) in enumerate(read_records(path))]
   if not out:
     raise ValueError(f"math problem file {path!r} holds no problems")
   return out

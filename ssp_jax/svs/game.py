@@ -14,6 +14,11 @@ sections):
         0 otherwise (also when no problem could be extracted from it)
   SPA   the n solutions of a synthetic problem with 0 < accuracy < 1
 A step with no under-performing problem is skipped: nothing is trained and `svs/skipped` is 1.
+So is a step in which no synthetic problem survives extraction and the problem filter, as in the
+original (`svs.skip_without_synthesis`; False trains its OQA groups instead, a difference).
+Synthetic problems are filtered as the original does by default: the solving prompt of the
+problem must fit in `max_problem_prompt_tokens` tokens (`svs.problem_filter="tokens"`); "chars"
+is ssp-jax's earlier character-length filter.
 
 `svs.synthesis = False` is the paper's **RLVR baseline** (plain GRPO on the problem set): OQA
 only, every group with 0 < p < 1 is trained, no selection, VPS or SPA; a step is skipped when no
@@ -41,6 +46,7 @@ from ssp_jax.rl.config import ROLE_IDS
 from ssp_jax.ssp.game import StepOutput
 from ssp_jax.svs import math_grader, prompts
 from ssp_jax.svs.data import MathProblem, ProblemIterator
+from ssp_jax.svs.grade_pool import GradePool
 from ssp_jax.types import Trajectory
 
 PROPOSER, SOLVER = ROLE_IDS["proposer"], ROLE_IDS["solver"]
@@ -112,12 +118,17 @@ class SvSGame:
     data: the problem iterator.
     max_prompt_tokens: synthesis prompts longer than this are dropped (the original drops
       prompts over `max_prompt_length`).
+    max_problem_prompt_tokens: with `problem_filter="tokens"`, a synthetic problem whose solving
+      prompt is longer than this is rejected (`too_long_tokens`); default max_prompt_tokens.
   """
 
-  def __init__(self, svs_cfg, rl_cfg, engine, data: ProblemIterator, *, max_prompt_tokens: int):
+  def __init__(self, svs_cfg, rl_cfg, engine, data: ProblemIterator, *, max_prompt_tokens: int,
+               max_problem_prompt_tokens: Optional[int] = None):
     self.cfg, self.rl, self.engine, self.data = svs_cfg, rl_cfg, engine, data
     self.max_prompt_tokens = int(max_prompt_tokens)
+    self.max_problem_prompt_tokens = int(max_problem_prompt_tokens or max_prompt_tokens)
     self.skipped_total = 0
+    self.grader = GradePool(int(svs_cfg.get("grader_workers", 0)))
     self.timings: collections.Counter = collections.Counter()
 
   # -- checkpointed state ---------------------------------------------------------------------
@@ -140,7 +151,7 @@ class SvSGame:
 
   def _grade(self, trajs: Sequence[Trajectory], answers: Sequence[str]) -> list[float]:
     t0 = time.perf_counter()
-    out = [math_grader.grade(t.text, a) for t, a in zip(trajs, answers)]
+    out = self.grader.grade([t.text for t in trajs], list(answers))
     for t, r, a in zip(trajs, out, answers):
       t.meta.update(reward=r, prediction=math_grader.extract_answer(t.text), answer=a)
     self.timings["grade"] += time.perf_counter() - t0
@@ -153,15 +164,30 @@ class SvSGame:
     trajs = self._generate(params, msgs, key, self.cfg.solve_max_new_tokens)
     return trajs, self._grade(trajs, [a for a in answers for _ in range(n)])
 
+  def _synthesis_messages(self, solution: str):
+    return prompts.synthesis_messages(solution, self.cfg.get("synthesis_prompt", "original"))
+
+  def check_problem(self, text: str) -> tuple[Optional[str], Optional[str]]:
+    """(problem, None) or (None, reason) for one VPS response: extraction, then the filter of
+    `svs.problem_filter` ("tokens": the solving prompt fits in max_problem_prompt_tokens)."""
+    c = self.cfg
+    if c.get("problem_filter", "chars") == "chars":
+      return prompts.extract_problem(text, min_chars=c.problem_min_chars,
+                                     max_chars=c.problem_max_chars)
+    problem, reason = prompts.extract_problem(text, min_chars=0, max_chars=0)
+    if problem is not None and len(self.engine.tok.prompt_ids(
+        prompts.solve_messages(problem))) > self.max_problem_prompt_tokens:
+      return None, "too_long_tokens"
+    return problem, reason
+
   def synthesize(self, params, solutions: Sequence[str], key) -> list[Synthesis]:
     """m VPS rollouts per solution, with the synthetic problem extracted from each."""
     m = self.cfg.synth_n
-    msgs = [prompts.synthesis_messages(s) for s in solutions for _ in range(m)]
+    msgs = [self._synthesis_messages(s) for s in solutions for _ in range(m)]
     trajs = self._generate(params, msgs, key, self.cfg.synth_max_new_tokens)
     out = []
     for j, t in enumerate(trajs):
-      problem, reason = prompts.extract_problem(t.text, min_chars=self.cfg.problem_min_chars,
-                                                max_chars=self.cfg.problem_max_chars)
+      problem, reason = self.check_problem(t.text)
       t.meta.update(synthetic_problem=problem, reject=reason)
       out.append(Synthesis(j // m, t, problem, reason))
     return out
@@ -184,15 +210,14 @@ class SvSGame:
     if not c.get("synthesis", True):
       return self._rlvr_step(batch, oqa_trajs, oqa_r, acc, metrics, step, t_start)
     if not under.any():
-      self.skipped_total += 1
-      out = StepOutput([], np.zeros(0, np.float32), np.zeros(0, np.int32),
-                       np.zeros(0, np.int32), metrics, self._samples(batch, oqa_trajs, acc, []))
-      out.metrics.update({"svs/skipped": 1.0, "svs/skipped_total": float(self.skipped_total),
-                          "time/game": time.perf_counter() - t_start,
-                          **{f"time/{k}": v for k, v in self.timings.items()}})
-      return out
+      return self._skipped(batch, oqa_trajs, acc, metrics, t_start, "no_under_performing")
     sources = self._vps_inputs(batch, oqa_trajs, oqa_r, under, metrics)
     syntheses = self.synthesize(params, [t.text for _, t in sources], k_vps)
+    if c.get("skip_without_synthesis", False) and not any(s.problem is not None
+                                                          for s in syntheses):
+      metrics.update(self._synthesis_metrics(syntheses, _Rows()))
+      return self._skipped(batch, oqa_trajs, acc, metrics, t_start, "no_synthesis",
+                           syntheses, sources)
     self._spa(params, syntheses, [batch[j].answer for j, _ in sources], k_spa)
     rows = self._assemble(oqa_trajs, oqa_r, acc, syntheses, len(sources), step)
     out = self._output(rows)
@@ -220,6 +245,18 @@ class SvSGame:
     out.samples = self._samples(batch, oqa_trajs, acc, [])
     return out
 
+  def _skipped(self, batch, oqa_trajs, acc, metrics, t_start, reason: str, syntheses=(),
+               sources=()) -> StepOutput:
+    """A step that trains nothing: `svs/skipped` = 1 and `svs/skipped_<reason>` = 1."""
+    self.skipped_total += 1
+    out = StepOutput([], np.zeros(0, np.float32), np.zeros(0, np.int32), np.zeros(0, np.int32),
+                     metrics, self._samples(batch, oqa_trajs, acc, list(syntheses), sources))
+    out.metrics.update({"svs/skipped": 1.0, f"svs/skipped_{reason}": 1.0,
+                        "svs/skipped_total": float(self.skipped_total),
+                        "time/game": time.perf_counter() - t_start,
+                        **{f"time/{k}": v for k, v in self.timings.items()}})
+    return out
+
   def _vps_inputs(self, batch, oqa_trajs, oqa_r, under, metrics) -> list[tuple[int, Trajectory]]:
     """(problem index, correct response) of under-performing problems whose synthesis prompt
     fits in `max_prompt_tokens`."""
@@ -228,7 +265,7 @@ class SvSGame:
       for t, r in zip(oqa_trajs[j * n:(j + 1) * n], oqa_r[j * n:(j + 1) * n]):
         if r <= 0:
           continue
-        if len(self.engine.tok.prompt_ids(prompts.synthesis_messages(t.text))) > \
+        if len(self.engine.tok.prompt_ids(self._synthesis_messages(t.text))) > \
             self.max_prompt_tokens:
           dropped += 1
           continue

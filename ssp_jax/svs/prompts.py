@@ -3,11 +3,17 @@
 * solving (OQA, SPA, evaluation): the problem followed by the math suffix, as one user message;
 * variational problem synthesis (VPS): given a solution known to be correct, write the problem it
   most plausibly answers, inside a ```text fenced block (anchors.md 2.1 describes the original's
-  `prompts/variational_problem_synthesis.txt`; this is a paraphrase, not a copy).
+  `prompts/variational_problem_synthesis.txt`; ours are paraphrases, not copies). Two wordings
+  (`svs.synthesis_prompt`): "original" follows the original's content (analyse topic, reasoning
+  and learning objective; a realistic, explicit, unambiguous problem) and, like it, does not ask
+  to hide the answer: the medium-difficulty reward does that; "no_spoilers" (ssp-jax's earlier
+  wording) also asks the problem not to reveal the answer or the steps.
 
 `extract_problem` reads the synthesised problem back: the text after the last `</think>`, then the
 first ```text block; fallbacks: the first bare ``` block, then the text after
-"**Reconstructed Question:**". A length filter (in characters) rejects empty or runaway problems.
+"**Reconstructed Question:**". An optional length filter in characters rejects empty or runaway
+problems (`svs.problem_filter="chars"`); the original instead limits the synthetic problem's
+solving prompt to `max_prompt_length` tokens (game.py, `svs.problem_filter="tokens"`).
 """
 from __future__ import annotations
 
@@ -19,6 +25,25 @@ from ssp_jax.svs.math_grader import final_segment
 Messages = list[dict[str, str]]
 
 SOLVE_SUFFIX = " Please reason step by step, and put your final answer within \\boxed{}."
+
+SYNTHESIS_PROMPT_ORIGINAL = """\
+You are an expert in educational assessment and in writing mathematics problems. Read the \
+response below, produced by a model; the solution it contains is known to be correct. Write a \
+variant of the original problem: the problem that would most plausibly lead to this response.
+
+Work in three steps:
+1. Identify the topic and the context that the response points to.
+2. Infer what kind of reasoning or calculation it carries out.
+3. Decide which educational purpose or learning objective the problem most likely serves.
+
+Then write one clear, concise and natural original problem in English that matches the response \
+precisely, reads like a realistic problem from a course or a standard curriculum, and is \
+explicit, measurable and unambiguous.
+
+Solution:
+{solution}
+
+Give your synthetic problem inside a fenced block that opens with ```text and closes with ```."""
 
 SYNTHESIS_PROMPT = """\
 You are an experienced author of mathematics assessment items. Below is a worked solution that \
@@ -41,6 +66,8 @@ Solution:
 Reply with the problem statement only, inside a fenced block that opens with ```text and closes \
 with ```."""
 
+SYNTHESIS_PROMPTS = {"original": SYNTHESIS_PROMPT_ORIGINAL, "no_spoilers": SYNTHESIS_PROMPT}
+
 _TEXT_BLOCK_RE = re.compile(r"```text[ \t]*\n?(.*?)```", re.DOTALL)
 _BARE_BLOCK_RE = re.compile(r"```[ \t]*\n(.*?)```", re.DOTALL)
 _RECONSTRUCTED_RE = re.compile(r"\*\*Reconstructed Question:?\*\*:?\s*(.+)", re.DOTALL)
@@ -55,9 +82,14 @@ def solve_messages(problem: str) -> Messages:
   return [{"role": "user", "content": solve_text(problem)}]
 
 
-def synthesis_messages(solution: str) -> Messages:
-  """The VPS prompt for one correct solution (a response of the policy)."""
-  return [{"role": "user", "content": SYNTHESIS_PROMPT.format(solution=solution.strip())}]
+def synthesis_messages(solution: str, prompt: str = "original") -> Messages:
+  """The VPS prompt for one correct solution (a response of the policy); `prompt` names a
+  wording of SYNTHESIS_PROMPTS."""
+  if prompt not in SYNTHESIS_PROMPTS:
+    raise ValueError(f"unknown synthesis prompt {prompt!r}; known: "
+                     f"{', '.join(sorted(SYNTHESIS_PROMPTS))}")
+  return [{"role": "user",
+           "content": SYNTHESIS_PROMPTS[prompt].format(solution=solution.strip())}]
 
 
 def extract_problem(text: str, *, min_chars: int = 10,
@@ -65,7 +97,8 @@ def extract_problem(text: str, *, min_chars: int = 10,
   """(problem, None) or (None, reason) for one VPS response.
 
   Reasons: `no_block` (no fenced block nor marker found), `too_short`, `too_long` (stripped
-  length outside [min_chars, max_chars]).
+  length outside [min_chars, max_chars]; `min_chars=0, max_chars=0` turns the filter off, as
+  the original has none).
   """
   tail = final_segment(text or "")
   for pattern in (_TEXT_BLOCK_RE, _BARE_BLOCK_RE, _RECONSTRUCTED_RE):
@@ -77,6 +110,6 @@ def extract_problem(text: str, *, min_chars: int = 10,
     return None, "no_block"
   if len(problem) < min_chars:
     return None, "too_short"
-  if len(problem) > max_chars:
+  if max_chars and len(problem) > max_chars:
     return None, "too_long"
   return problem, None

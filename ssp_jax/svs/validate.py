@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
 from ssp_jax.ssp.validate import ConfigError, _choice, _path, _positive, check_budgets
+from ssp_jax.svs.prompts import SYNTHESIS_PROMPTS
 
 GROUP_ESTIMATORS = ("grpo", "rloo")
 
@@ -41,7 +42,15 @@ def validate_config(config) -> None:
   _fraction_range("positive", s.positive_lower, s.positive_upper)
   if not 0.0 < s.vps_training_ratio <= 1.0:
     raise ConfigError(f"config.svs.vps_training_ratio={s.vps_training_ratio} must be in (0, 1]")
-  if not 0 < s.problem_min_chars <= s.problem_max_chars:
+  _choice("svs.problem_filter", s.problem_filter, ("tokens", "chars"))
+  _choice("svs.synthesis_prompt", s.synthesis_prompt, tuple(SYNTHESIS_PROMPTS))
+  if s.get("grader_workers", 0) < 0:
+    raise ConfigError(f"config.svs.grader_workers={s.grader_workers} must be >= 0 "
+                      "(0 = grade in the trainer's process)")
+  if s.max_problem_prompt_tokens < 0:
+    raise ConfigError(f"config.svs.max_problem_prompt_tokens={s.max_problem_prompt_tokens} must "
+                      "be >= 0 (0 = rollout.max_prompt_tokens)")
+  if s.problem_filter == "chars" and not 0 < s.problem_min_chars <= s.problem_max_chars:
     raise ConfigError("config.svs.problem_min_chars must be >= 1 and <= problem_max_chars")
   if s.train_path:
     _data_spec("svs.train_path", s.train_path)
