@@ -21,7 +21,7 @@ from ssp_jax.testing.tiny_checkpoint import make_tiny_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SVS_TINY = os.path.join(REPO, "configs", "svs_tiny.py")
-BATCH = 2          # svs.batch_size of configs/svs_tiny.py
+BATCH = 4          # svs.batch_size of configs/svs_tiny.py
 
 
 @pytest.fixture(scope="module")
