@@ -14,8 +14,9 @@ Levels (answers are exact non-negative integers):
 
 Every record carries `expr`, the Python expression of its answer over numbers that appear in the
 problem text (tests re-evaluate it), and `level` (the record's `data_source` is `arith-L<level>`,
-so `ssp-jax eval` reports accuracy per level). A 135M model solves some of levels 1-2 and few of
-the rest (measured figures: docs/svs.md), which is what SvS needs: problems solved sometimes.
+so `ssp-jax eval` reports accuracy per level). A 135M model solves a few of level 1 and fewer of
+the rest, and only with a worked example of the answer format before the problem
+(`format_hint`; measured figures: docs/svs.md); SvS needs problems solved sometimes.
 """
 from __future__ import annotations
 
@@ -91,9 +92,17 @@ def evaluate(expr: str) -> int:
   return value
 
 
+# A worked one-line example put before each problem of the tiny set (`format_hint=True`): a
+# choice for very small models, not in the paper. SmolLM2-135M almost never ends with \boxed{}
+# under the SvS solving prompt alone (docs/svs.md has the measurement); with this line it
+# copies the format.
+FORMAT_HINT = "Example: What is 1 + 1? 1 + 1 = 2. The answer is \\boxed{2}.\nNow solve: "
+
+
 def generate(n: int, levels: Sequence[int] = tuple(LEVELS), seed: int = 0,
-             weights: Sequence[float] = ()) -> list[dict]:
-  """n distinct problems, levels drawn with `weights` (default uniform), seeded."""
+             weights: Sequence[float] = (), format_hint: bool = False) -> list[dict]:
+  """n distinct problems, levels drawn with `weights` (default uniform), seeded; with
+  `format_hint` each problem text starts with FORMAT_HINT."""
   bad = [lv for lv in levels if lv not in LEVELS]
   if bad:
     raise ValueError(f"unknown arithmetic level(s) {bad}; known: {sorted(LEVELS)}")
@@ -107,7 +116,8 @@ def generate(n: int, levels: Sequence[int] = tuple(LEVELS), seed: int = 0,
     if problem in seen:
       continue
     seen.add(problem)
-    out.append({"id": f"arith-{seed}-{len(out)}", "problem": problem,
+    out.append({"id": f"arith-{seed}-{len(out)}",
+                "problem": (FORMAT_HINT + problem) if format_hint else problem,
                 "answer": str(evaluate(expr)), "expr": expr, "level": level,
                 "data_source": f"arith-L{level}"})
   if len(out) < n:
@@ -128,8 +138,8 @@ def write_jsonl(records: Iterable[dict], path: str) -> int:
 # per-level solve rates of SmolLM2-135M-Instruct measured in docs/svs.md.
 DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                             "arith_graded.jsonl")
-DEFAULT_N, DEFAULT_SEED = 256, 0
-DEFAULT_LEVELS, DEFAULT_WEIGHTS = (1, 2, 3, 6), (4, 2, 1, 1)
+DEFAULT_N, DEFAULT_SEED = 128, 0
+DEFAULT_LEVELS, DEFAULT_WEIGHTS = (1, 2), (3, 1)   # all 81 level-1 problems, the rest level 2
 
 
 def main(argv=None) -> int:
@@ -139,10 +149,12 @@ def main(argv=None) -> int:
   p.add_argument("--seed", type=int, default=DEFAULT_SEED)
   p.add_argument("--levels", default=",".join(map(str, DEFAULT_LEVELS)))
   p.add_argument("--weights", default=",".join(map(str, DEFAULT_WEIGHTS)))
+  p.add_argument("--no-format-hint", dest="format_hint", action="store_false",
+                 help="plain problems (default: FORMAT_HINT before each, for tiny models)")
   a = p.parse_args(argv)
   levels = [int(x) for x in a.levels.split(",") if x]
   weights = [float(x) for x in a.weights.split(",") if x]
-  print(write_jsonl(generate(a.n, levels, a.seed, weights), a.out), "problems ->", a.out)
+  print(write_jsonl(generate(a.n, levels, a.seed, weights, a.format_hint), a.out), "problems ->", a.out)
   return 0
 
 
