@@ -57,7 +57,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   s.proposer_max_new_tokens = 768
   s.solver_max_new_tokens = 512
   s.samples_per_step = 8
-  s.rag.max_new_tokens = 64
+  s.rag.max_new_tokens = 128
   s.reward.solver = "em"
 
   w = c.warmstart

@@ -162,7 +162,7 @@ def build_demos(sources: Sequence[Source], retriever, tokenizer, *, topk: int,
       materials = rag.format_docs(tr.all_docs)
       vmsgs = prompts.verifier_messages(q, materials)
       out.append(Demo("verifier", assemble(tokenizer, vmsgs, [(
-          "text", f"The materials say: {quote} The blank is {s.answer}.\n"
+          "text", f"The materials give the blank: {s.answer}.\n"
                   f"<answer> {s.answer} </answer>")]), s.answer, q))
     # solver: search the statement, answer from the documents
     if any(_contains(pf.doc_title_text(d)[1], s.answer) for d in c.docs):

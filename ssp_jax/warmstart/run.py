@@ -26,7 +26,7 @@ from ssp_jax.warmstart import demos as demos_lib
 from ssp_jax.warmstart.sft import sft
 
 log = logging.getLogger(__name__)
-VERSION = 1      # bump when the demonstrations or the SFT change meaning
+VERSION = 2      # bump when the demonstrations or the SFT change meaning
 EVAL_SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                             "eval_wiki_sample.jsonl")
 
