@@ -61,6 +61,13 @@ def main(argv=None) -> int:
       raise
     print(f"ssp-jax {args.verb}: {type(e).__name__}: {e}", file=sys.stderr)
     return 2
+  except KeyboardInterrupt as e:   # Ctrl-C / SIGTERM outside a training step: stop at once
+    if os.environ.get("SSP_JAX_DEBUG"):
+      raise
+    print(f"ssp-jax {args.verb}: stopped ({e or 'interrupted'}); what was complete is kept "
+          "(cached index and warm start, checkpoints): run the same command to go on",
+          file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":

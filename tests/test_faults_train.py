@@ -221,3 +221,17 @@ def test_export_loads_in_generate_and_transformers(assets, tmp_path, capsys):
   capsys.readouterr()
   rc = cli.main(["export", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "x")])
   assert _one_line_exit_2(rc, capsys.readouterr().err)
+
+
+def test_signal_before_the_first_step_stops_at_once():
+  """During the build (index, warm start, restore) there is no step to finish: the first
+  signal stops at once; once the loop runs it only asks for a stop at the next step."""
+  from ssp_jax.ssp.trainer import StopOnSignal
+  with StopOnSignal() as stop:
+    with pytest.raises(KeyboardInterrupt, match="before the first step"):
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(1)
+    stop.signum, stop.deferring = None, True
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    assert stop.signum == signal.SIGTERM

@@ -165,9 +165,13 @@ class StopOnSignal:
 
   def __init__(self):
     self.signum = None
-    self._old = {}
+    self.deferring = False        # set once the loop runs; before (index build, warm start,
+    self._old = {}                # restore) there is no step to finish: stop at once
 
   def _handle(self, signum, frame):
+    if not self.deferring:
+      self.signum = signum
+      raise KeyboardInterrupt(f"{signal.Signals(signum).name} before the first step")
     if self.signum is not None:   # second signal: give up on the clean stop
       raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
     self.signum = signum
@@ -212,6 +216,7 @@ def train(config, *, validate=validate_config, build_fn=build, desc: str = "ssp"
 
 def _train_loop(config, build_fn, desc, postfix, stop: StopOnSignal) -> int:
   c = build_fn(config)
+  stop.deferring = True
   start = c.start_step
   total = int(config.total_steps)
   outputs = Outputs(config.workdir, start, tensorboard=config.tensorboard,
