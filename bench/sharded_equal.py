@@ -151,7 +151,7 @@ def layout_name(axes):
 def rollout(cfg, params, tok, sharder, multi_turn, max_new, data):
   rc = get_rollout_config()
   rc.update(dict(dtype="float32", cache_dtype="float32", batch_size=-(-4 // data) * data,
-                 cache_min_len=32, prefill_chunk=16, steps_per_call=12, max_obs_tokens=24,
+                 cache_min_len=128, prefill_chunk=16, steps_per_call=16, max_obs_tokens=24,
                  topk=2, max_searches=2))
   if multi_turn:
     rc.update(dict(search_open=" ", search_close="e", use_search=True))
@@ -256,31 +256,34 @@ def main(a) -> int:
   params = random_params(cfg)
   rl = rl_config(config, a.lr)
   common = {"bench": "sharded_equal", "platform": platform, "devices_present": len(devices)}
+  compared, differ, skipped, runnable = 0, [], [], []
+  for n, axes, why_not in layouts(a.sizes, config_axes):
+    name = layout_name(axes)
+    if why_not is None and n > len(devices):
+      why_not = f"needs {n} devices, {len(devices)} present"
+    if why_not is None:
+      runnable.append((n, axes, name))
+      continue
+    skipped.append(name)
+    print(json.dumps(dict(common, layout=name, devices=n, skipped=why_not)), flush=True)
   t0 = time.time()
   ref = {}
-  for part in ("rollout_single_turn", "rollout_multi_turn"):
+  for part in ("rollout_single_turn", "rollout_multi_turn") if runnable else ():
     if part in a.parts or (part == "rollout_multi_turn" and "update" in a.parts):
       ref[part] = rollout(cfg, params, tok, None, part == "rollout_multi_turn", a.max_new, 1)
-  if "update" in a.parts:
+  if "update" in a.parts and runnable:
     trajs = ref["rollout_multi_turn"]
     adv = np.random.default_rng(0).normal(size=len(trajs))
     batch = batch_lib.make_batch(trajs, adv, ROLES, prompt_index=PROMPT_INDEX,
                                  bucket=rl.bucket, max_len=rl.max_len)
     ref["update"] = update(cfg, rl, params, batch, None)
-  print(json.dumps(dict(common, part="reference", layout="data 1 x tensor 1", devices=1,
-                        model=dict(vocab=cfg.vocab_size, hidden=cfg.hidden_size,
-                                   layers=cfg.num_layers, heads=cfg.num_heads,
-                                   kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim),
-                        seconds=round(time.time() - t0, 1))), flush=True)
-  compared, differ, skipped = 0, [], []
-  for n, axes, why_not in layouts(a.sizes, config_axes):
-    name = layout_name(axes)
-    if why_not is None and n > len(devices):
-      why_not = f"needs {n} devices, {len(devices)} present"
-    if why_not is not None:
-      skipped.append(name)
-      print(json.dumps(dict(common, layout=name, devices=n, skipped=why_not)), flush=True)
-      continue
+  if runnable:
+    print(json.dumps(dict(common, part="reference", layout="data 1 x tensor 1", devices=1,
+                          model=dict(vocab=cfg.vocab_size, hidden=cfg.hidden_size,
+                                     layers=cfg.num_layers, heads=cfg.num_heads,
+                                     kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim),
+                          seconds=round(time.time() - t0, 1))), flush=True)
+  for n, axes, name in runnable:
     sharder = Sharder(make_mesh(axes, devices=devices[:n]))
     data = sharder.axis_size("act_batch")
     for part in a.parts:
