@@ -45,7 +45,8 @@ def fast_args(assets, workdir, steps):
           "--config.ssp.solver_max_new_tokens=16", "--config.ssp.rag.max_new_tokens=8",
           "--config.rollout.max_prompt_tokens=512", "--config.rollout.cache_min_len=64",
           "--config.rollout.steps_per_call=16", "--config.rl.bucket=64",
-          "--config.rl.max_len=640", "--config.rl.logprob_chunk=64"]
+          "--config.rl.max_len=640", "--config.rl.logprob_chunk=64",
+          "--config.warmstart.enabled=false"]   # tests/test_warmstart.py covers it
 
 
 def read_metrics(workdir):

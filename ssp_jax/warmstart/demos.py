@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import re
 import sys
@@ -184,10 +185,19 @@ def load_sources(answers_path: str, corpus_path: str, *, retriever=None,
   """Answers of an answer-set JSONL paired with a passage sentence stating them: the line's
   `source_id` passage when it has one, else the retriever's top documents for the answer.
   Passages in `exclude_ids` (held-out evaluation support) are never used."""
-  from retrieval.corpus import iter_corpus, iter_jsonl, to_doc
+  from retrieval.corpus import iter_corpus, to_doc
   excluded = set(map(str, exclude_ids))
   by_id = {r["id"]: to_doc(r) for r in iter_corpus(corpus_path)}
-  rows = [rec for _, rec in iter_jsonl(answers_path)]
+  rows = []
+  opener = gzip.open if answers_path.endswith(".gz") else open
+  with opener(answers_path, "rb") as f:  # bad lines are skipped (the answer loader counts them)
+    for raw in f:
+      try:
+        rec = json.loads(raw.decode("utf-8"))
+      except ValueError:                 # JSONDecodeError and UnicodeDecodeError
+        continue
+      if isinstance(rec, dict):
+        rows.append(rec)
   order = np.random.default_rng(seed).permutation(len(rows))
   out = []
   for i in order:
