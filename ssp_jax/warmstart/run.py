@@ -38,14 +38,6 @@ def _file_id(path: str) -> str:
   return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def _digest(path: str) -> str:
-  h = hashlib.sha1()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
-
-
 def _answers_path(config) -> str:
   from ssp_jax.ssp.answers import default_answers_path
   return config.ssp.answers_path or default_answers_path()
@@ -53,6 +45,7 @@ def _answers_path(config) -> str:
 
 def cache_key(config) -> str:
   from retrieval.corpus import default_corpus_path
+  from retrieval.search import _file_digest as _digest
   model = config.model.path or models.checkpoint.default_model_path()
   parts = (VERSION, _file_id(model), config.model.chat_format, config.warmstart.to_dict(),
            _digest(_answers_path(config)), _digest(default_corpus_path()),
