@@ -241,13 +241,13 @@ def to_record(d: Demo, tokenizer) -> dict:
 
 def main(argv=None) -> int:
   """Writes the default config's demonstrations as JSONL for inspection."""
+  from ssp_jax import config_loader
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--config", default="configs/tiny.py")
+  config_loader.add_config_arguments(ap, default="configs/tiny.py")
   ap.add_argument("--out", required=True)
-  args, rest = ap.parse_known_args(argv)
-  from ssp_jax.config_loader import load_config
+  args = ap.parse_args(sys.argv[1:] if argv is None else argv)
   from ssp_jax.warmstart.run import demos_for_config
-  config = load_config(args.config, rest)
+  config = config_loader.config_from_args(args)
   demos, tok = demos_for_config(config)
   with open(args.out, "w", encoding="utf-8") as f:
     for d in demos:
