@@ -54,6 +54,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   s.solver_max_new_tokens = 320
   s.samples_per_step = 4
   s.rag.max_new_tokens = 48
+  s.rag.noise_docs = 0          # the paper's no-noise setting (its ablation: 0/1/4/7): with 4,
+                                # five proposals' documents (~3,300 tokens) overflow the prompt
   s.reward.solver = "em"        # the 135M policy is no judge
 
   w = c.warmstart               # a difference from the paper (docs/training.md, "Warm start"):

@@ -155,7 +155,8 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
                   positions_BT: Optional[jax.Array] = None,
                   segment_ids_BT: Optional[jax.Array] = None,
                   dtype=jnp.float32, remat: str = "none", attn_impl: str = "xla",
-                  sharder: Optional[Sharder] = None, max_segments: int = 0) -> jax.Array:
+                  sharder: Optional[Sharder] = None, max_segments: int = 0,
+                  attn_chunk: int = 0) -> jax.Array:
   """Final-norm hidden states [B, T, D] of a full (no cache) forward.
 
   positions_BT: rope positions and causal order (default 0..T-1 per row).
@@ -166,6 +167,9 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
     (flash attention on GPU). With segment ids and `max_segments` > 0 (packed rows: segments
     1..M contiguous and in order, padding after them), "cudnn" runs cuDNN's packed layout
     (`layers.fused_segment_attention`); with max_segments 0 segment ids take the XLA path.
+  attn_chunk: on the XLA path, query chunks of this many tokens that skip the keys after the
+    chunk (`layers.causal_chunked_attention`; 0: one block). Same outputs, less work on long
+    rows (the CPU path).
   """
   B, T = tokens_BT.shape
   if positions_BT is None:
@@ -186,7 +190,7 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
       attn = L_.fused_segment_attention(q, k, v, segment_ids_BT, positions_BT, attn_impl,
                                         max_segments)
     else:
-      attn = L_.attention(q, k, v, mask_BTS)
+      attn = L_.causal_chunked_attention(q, k, v, mask_BTS, attn_chunk)
     return _attn_out_and_mlp(cfg, lp, x_BTD, attn, sharder), None
 
   x_BTD = _embed(cfg, params, tokens_BT, dtype, sharder)

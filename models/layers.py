@@ -67,6 +67,24 @@ def attention(q_BTNH: jax.Array, k_BSKH: jax.Array, v_BSKH: jax.Array,
   return out_BTKGH.reshape(B, T, N, H)
 
 
+def causal_chunked_attention(q_BTNH: jax.Array, k_BTKH: jax.Array, v_BTKH: jax.Array,
+                             mask_BTT: jax.Array, chunk: int) -> jax.Array:
+  """`attention` of a full (no cache) forward whose mask is causal in index space (a query
+  never sees a later index; `segment_mask` guarantees it), by query chunks of `chunk` tokens:
+  chunk i attends to keys [0, (i + 1) * chunk) only, so the masked upper triangle above the
+  chunks is never computed (about half of the score matrix for long rows). Rows that see no key
+  at all (padding) may differ from `attention`; every row that sees a key is the same."""
+  T = q_BTNH.shape[1]
+  if chunk <= 0 or T <= chunk:
+    return attention(q_BTNH, k_BTKH, v_BTKH, mask_BTT)
+  outs = []
+  for start in range(0, T, chunk):
+    end = min(start + chunk, T)
+    outs.append(attention(q_BTNH[:, start:end], k_BTKH[:, :end], v_BTKH[:, :end],
+                          mask_BTT[:, start:end, :end]))
+  return jnp.concatenate(outs, axis=1)
+
+
 def fused_causal_attention(q_BTNH, k_BTKH, v_BTKH, impl: str) -> jax.Array:
   """Causal self-attention through `jax.nn.dot_product_attention` (cuDNN flash on GPU)."""
   return jax.nn.dot_product_attention(q_BTNH, k_BTKH, v_BTKH, is_causal=True,

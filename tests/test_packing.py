@@ -123,6 +123,30 @@ def test_no_attention_across_segments(attn_impl):
   np.testing.assert_allclose(h1[0, 11:15], np.asarray(alone)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("chunk", [4, 5, 16])
+def test_chunked_attention_equals_one_block_on_packed_and_left_padded_rows(chunk):
+  """Query chunks that skip the keys after them give the one-block result on every token
+  that sees a key (packed segments, left padding), and the same gradients there."""
+  params = models.init_params(CFG, jax.random.PRNGKey(1))
+  rng = np.random.default_rng(1)
+  seg = np.array([[1] * 5 + [2] * 6 + [3] * 4 + [0] * 2,
+                  [0] * 3 + [1] * 14], np.int32)
+  pos = np.array([list(range(5)) + list(range(6)) + list(range(4)) + [0, 0],
+                  [0] * 3 + list(range(14))], np.int32)
+  tok = jnp.asarray(rng.integers(1, 64, seg.shape).astype(np.int32))
+  real = seg > 0
+
+  def h(c, p=params):
+    return models.hidden_states(CFG, p, tok, positions_BT=jnp.asarray(pos),
+                                segment_ids_BT=jnp.asarray(seg), attn_chunk=c)
+  np.testing.assert_allclose(np.asarray(h(chunk))[real], np.asarray(h(0))[real],
+                             rtol=1e-5, atol=1e-5)
+  loss = lambda p, c: jnp.sum(jnp.where(jnp.asarray(real)[..., None], h(c, p), 0.0) ** 2)
+  g0, g1 = jax.grad(loss)(params, 0), jax.grad(loss)(params, chunk)
+  for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):   # fp32 summation order only
+    np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * float(np.abs(a).max()))
+
+
 @pytest.mark.skipif(jax.devices()[0].platform != "gpu", reason="cuDNN packed attention: GPU")
 def test_cudnn_packed_attention_matches_the_masked_one():
   rng = np.random.default_rng(0)

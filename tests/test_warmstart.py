@@ -16,7 +16,7 @@ from ssp_jax.tokenizer import load_tokenizer
 from ssp_jax.warmstart import demos as D
 from ssp_jax.warmstart.sft import nll_loss, sft
 
-TOPK, MAX_OBS = 2, 60
+TOPK, MAX_OBS = 2, 400
 ANSWERS = [("Herman Melville", "person"), ("Edinburgh", "place"), ("1867", "date"),
            ("Vistula", "place"), ("1952", "date"), ("Warsaw", "place")]
 
@@ -33,26 +33,63 @@ def setup(tmp_path_factory):
   answers.write_text("".join(json.dumps({"ground_truth": a, "category": k, "search_turns": 2})
                              + "\n" for a, k in ANSWERS))
   retriever = SmallBM25Retriever()
-  sources = D.load_sources(str(answers), str(corpus), retriever=retriever)
+  sources = D.load_sources(str(answers))
   demos = D.build_demos(sources, retriever, tok, topk=TOPK, max_obs_tokens=MAX_OBS,
                         filter_cfg=filters.FilterConfig())
   return ckpt, tok, retriever, sources, demos, str(answers), str(corpus)
 
 
-def test_sources_hold_the_answer(setup):
-  _, _, _, sources, _, _, _ = setup
-  assert len(sources) == len(ANSWERS)
-  for s in sources:
-    assert s.answer.lower() in s.sentence.lower()
-    assert "___" in D.blank(s.sentence, s.answer)
-    assert s.answer.lower() not in D.make_question(s).lower()
+def test_answers_load_in_a_seeded_order_and_bad_lines_are_skipped(setup, tmp_path):
+  sources = setup[3]
+  assert sorted(s.answer for s in sources) == sorted(a for a, _ in ANSWERS)
+  assert [s.answer for s in D.load_sources(setup[5], seed=3)] == \
+      [s.answer for s in D.load_sources(setup[5], seed=3)]
+  bad = tmp_path / "a.jsonl"
+  bad.write_bytes(b'{"ground_truth": "Paris", "search_turns": 2}\n\xff\xfe\nnot json\n'
+                  b'{"ground_truth": ""}\n{"ground_truth": "Seine", "search_turns": "x"}\n')
+  assert [s.answer for s in D.load_sources(str(bad))] == ["Paris"]
 
 
-def test_excluded_passages_are_never_used(setup):
-  _, _, retriever, _, _, answers, corpus = setup
+def test_proposer_quotes_what_its_first_search_showed(setup):
+  """The proposer searches the answer it was given, and its question blanks the answer in a
+  sentence of that search's observation as the policy sees it (after the cap)."""
+  _, tok, _, _, demos, _, _ = setup
+  props = [d for d in demos if d.role == "proposer"]
+  assert len(props) >= 3
+  for d in props:
+    assert d.traj.queries[0] == d.answer
+    seen = tok.decode(d.traj.response_ids[:len(d.traj.response_ids)])  # the whole response
+    first_obs = D._visible(tok, D._search(SmallBM25Retriever(), tok, [d.answer], TOPK,
+                                          MAX_OBS)[0])
+    quote = d.question.split(": \"", 1)[1].rsplit("\"", 1)[0]
+    assert "___" in quote and d.answer.lower() not in d.question.lower()
+    assert quote.replace("___", d.answer) in first_obs, (quote, first_obs)
+    assert first_obs in seen
+
+
+def test_excluded_passages_are_never_quoted(setup):
+  _, tok, retriever, sources, demos, _, _ = setup
   melville = [str(i) for i, c in enumerate(WIKI_SNIPPETS) if "Melville" in c]
-  got = D.load_sources(answers, corpus, retriever=retriever, exclude_ids=melville)
-  assert "Herman Melville" not in [s.answer for s in got]
+  assert any("Melville" in d.answer for d in demos if d.role == "proposer")
+  got = D.build_demos(sources, retriever, tok, topk=TOPK, max_obs_tokens=MAX_OBS,
+                      filter_cfg=filters.FilterConfig(), exclude_ids=melville)
+  for d in got:
+    assert "Melville" not in d.question
+
+
+def test_want_limits_the_proposers_and_noise_mixes_other_materials(setup):
+  _, tok, retriever, sources, _, _, _ = setup
+  got = D.build_demos(sources, retriever, tok, topk=TOPK, max_obs_tokens=MAX_OBS,
+                      filter_cfg=filters.FilterConfig(), want=2, noise_docs=1)
+  props = [d for d in got if d.role == "proposer"]
+  vers = [d for d in got if d.role == "verifier"]
+  assert len(props) == len(vers) == 2
+  n_docs = [len({x["contents"] for x in p.traj.all_docs}) for p in props]
+  for i, (p, v) in enumerate(zip(props, vers)):
+    prompt = tok.decode(v.traj.prompt_ids)
+    assert all(pf.doc_title_text(x)[1] in prompt for x in p.traj.all_docs)
+    # its own documents and the other proposal's, each material once (as the game mixes them)
+    assert prompt.count("(Title:") == n_docs[i] + n_docs[1 - i]
 
 
 def test_every_role_is_demonstrated(setup):

@@ -72,12 +72,17 @@ def get_rl_config() -> ml_collections.ConfigDict:
                                # cuDNN packed attention)
   c.recompute_old_logp = True  # recompute old log-probs with the learner (veRL); False uses
                                # the sampler's Trajectory.logprobs
+  c.fuse_old_logp = True       # with one mini-batch per update call, take the recomputed old
+                               # log-probs from the step's own forward (stop-gradient): the
+                               # same values, one forward pass fewer; False: a separate pass
   # -- compute ----------------------------------------------------------------------------
   c.remat = "full"             # models.decoder.REMAT_POLICIES: none, full, dots, save_attn_out
   c.compute_dtype = "bfloat16" # forward/backward dtype; master params stay param_dtype
   c.param_dtype = "float32"    # master params, gradients and AdamW moments
   c.ref_dtype = "bfloat16"     # frozen reference params (forward only)
   c.attn_impl = "xla"          # "xla", or "cudnn" for flash attention on GPU
+  c.attn_chunk = 512           # "xla": query chunks that skip the keys after them (same
+                               # result, about half the score matrix on long rows); 0: one block
   c.logprob_chunk = 512        # tokens per lm_head chunk: logits never exist as [B, T, V]
   # -- robustness -------------------------------------------------------------------------
   c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips

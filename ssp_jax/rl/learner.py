@@ -51,6 +51,8 @@ class StepConfig:
   attn_impl: str = "xla"
   logprob_chunk: int = 512
   max_segments: int = 64       # packed rows: most segments per row (cuDNN packed attention)
+  attn_chunk: int = 0          # XLA attention by query chunks (models.layers.causal_chunked_attention)
+  onpolicy_old_logp: bool = False  # old log-probs = the step's own log-probs (stop-gradient)
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "StepConfig":
@@ -66,7 +68,8 @@ class StepConfig:
                micro_batch_size=rl.micro_batch_size, remat=rl.remat,
                compute_dtype=rl.compute_dtype, attn_impl=rl.attn_impl,
                logprob_chunk=rl.logprob_chunk,
-               max_segments=int(rl.get("pack_max_segments", 64)))
+               max_segments=int(rl.get("pack_max_segments", 64)),
+               attn_chunk=int(rl.get("attn_chunk", 0)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,7 +131,8 @@ def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array
                                remat=sc.remat if remat is None else remat,
                                attn_impl=sc.attn_impl, sharder=sharder,
                                segment_ids_BT=segment_ids_BT, positions_BT=positions_BT,
-                               max_segments=sc.max_segments if segment_ids_BT is not None else 0)
+                               max_segments=sc.max_segments if segment_ids_BT is not None else 0,
+                               attn_chunk=sc.attn_chunk)
   targets_BT = jnp.concatenate([tokens_BT[:, 1:], jnp.zeros_like(tokens_BT[:, :1])], axis=1)
   logp_BT, ent_BT = chunked_logprobs(lm_head_weight(cfg, params), h_BTD, targets_BT,
                                      temperature=sc.temperature, chunk=sc.logprob_chunk,
@@ -178,8 +182,11 @@ def micro_loss(params, ref_logp, mb, cfg, sc: StepConfig, sharder):
   logp, ent = sequence_logprobs(cfg, cparams, mb["tokens"], sc, sharder, **_model_inputs(mb))
   if sc.entropy_coef == 0.0:
     ent = jax.lax.stop_gradient(ent)
+  old = mb["old_logp"]
+  if sc.onpolicy_old_logp:   # the policy before this (only) step is this step's policy
+    old = jnp.where(mb["loss_mask"] > 0, jax.lax.stop_gradient(logp), 0.0)
   return losses.weighted_policy_loss(
-      logp, mb["old_logp"], ref_logp, mb["advantages"], mb["loss_mask"], mb["loss_w"],
+      logp, old, ref_logp, mb["advantages"], mb["loss_mask"], mb["loss_w"],
       mb["metric_w"], clip_low=sc.clip_low, clip_high=sc.clip_high, dual_clip=sc.dual_clip,
       kl_coef=sc.kl_coef, kl_type=sc.kl_type, entropy_NT=ent, entropy_coef=sc.entropy_coef)
 
@@ -357,12 +364,14 @@ class Learner:
     self._fkey = key + ("fns",)
     self.pack_stats: list[dict[str, float]] = []   # the last update's packing, per mini-batch
 
-  def _fns(self, packed: bool):
-    """(compiled train step, compiled log-prob fn) for the padded or the packed layout."""
-    fkey = self._fkey + (packed,)
+  def _fns(self, packed: bool, onpolicy: bool = False):
+    """(compiled train step, compiled log-prob fn) for the padded or the packed layout;
+    `onpolicy`: the step takes its old log-probs from its own forward (see `update`)."""
+    fkey = self._fkey + (packed, onpolicy)
+    sc = dataclasses.replace(self.sc, onpolicy_old_logp=onpolicy)
     if fkey not in _COMPILED:
       _COMPILED[fkey] = (
-          make_train_step(self.cfg, self.sc, self.tx, self.sharder, self.state_shardings,
+          make_train_step(self.cfg, sc, self.tx, self.sharder, self.state_shardings,
                           with_ref=self.ref_params is not None, packed=packed),
           make_logprob_fn(self.cfg, self.sc, self.sharder, self.state_shardings["params"],
                           packed=packed))
@@ -442,7 +451,12 @@ class Learner:
     step = int(jax.device_get(self.state["step"]))
     seed = self.rl.seed * 1_000_003 + step if self.rl.shuffle_mini_batches else None
     mbs = self.mini_batches(batch, k, seed)
-    if self.rl.recompute_old_logp:    # all with the policy before this call's first step
+    # With one mini-batch the policy before the call is the policy of its only step, so the
+    # step's own log-probs (under stop-gradient) are the recomputed old log-probs: one forward
+    # pass fewer, same loss and gradient (rl.fuse_old_logp; the ratio is exactly 1).
+    onpolicy = bool(self.rl.recompute_old_logp and len(mbs) == 1
+                    and self.rl.get("fuse_old_logp", True))
+    if self.rl.recompute_old_logp and not onpolicy:  # all with the policy before the first step
       for mb in mbs:
         mb["old_logp"] = np.where(mb["loss_mask"] > 0, self.logprobs(mb), 0.0)
     lr_fn = ts.lr_schedule(self.rl.lr, self.rl.warmup_steps)
@@ -452,7 +466,7 @@ class Learner:
       if lr_once:
         self._set_schedule_count(count0)
       lrs.append(float(lr_fn(count0 if lr_once else count0 + i)))
-      step_fn = self._fns(is_packed(mb))[0]
+      step_fn = self._fns(is_packed(mb), onpolicy)[0]
       self.state, metrics = step_fn(self.state, self.ref_params, self.put(mb))
       out.append(metrics)
     if lr_once and out:

@@ -5,13 +5,18 @@ A small model (the embedded SmolLM2-135M) never writes the game's tags on its ow
 SSP ever happens. The warm start shows it the *format* of each role it plays, once, before
 self-play begins; the demonstrations are deliberately plain:
 
-* proposer: two searches whose `<information>` blocks are what the retriever really returns for
-  those queries, then a fill-in-the-blank question made from the sentence of the answer's
-  passage that holds the answer (the answer replaced by a blank), inside `<question>`;
-* solver: one search for that statement, the real `<information>`, the answer in `<answer>`
-  (kept only when the retrieved documents contain the answer, so the demonstration never answers
-  from nowhere);
-* RAG verifier: the materials and the question, the answer in `<answer>`.
+* proposer: a search for the answer it was given, then a second search about the article
+  where it read the answer, then a fill-in-the-blank question made from a sentence of what the
+  first search returned (a sentence that holds the answer, the answer replaced by a blank),
+  inside `<question>`. Every step uses only what the trajectory has seen: the query is the given
+  answer, the quoted sentence is in the first `<information>` block as the policy sees it
+  (after the observation cap);
+* RAG verifier: the materials the verifier would get (the proposer's documents, mixed with
+  another demonstration's as `ssp.rag.noise_docs` mixes other proposals') and the question; the
+  answer in `<answer>`;
+* solver: one search for the quoted statement, the real `<information>`, the answer in
+  `<answer>` (kept only when the observation shows the answer, so the demonstration never
+  answers from nowhere).
 
 Every proposer demonstration passes the game's own rule filters (`ssp_jax.ssp.filters`). The
 trajectories are `ssp_jax.types.Trajectory` objects tokenized exactly as the rollout engine
@@ -46,12 +51,10 @@ _SENT_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 @dataclasses.dataclass
 class Source:
-  """An answer and a corpus passage that states it."""
+  """An answer of the answer set (what the proposer is given)."""
   answer: str
   hops: int
   kind: str
-  title: str
-  sentence: str          # the passage sentence that contains the answer
 
 
 @dataclasses.dataclass
@@ -71,21 +74,30 @@ def _contains(text: str, answer: str) -> bool:
   return bool(a) and f" {a} " in f" {normalize_answer(text)} "
 
 
-def find_source(answer: str, passages: Sequence[dict]) -> Optional[tuple[str, str]]:
-  """(title, sentence) of the first passage sentence that states `answer` (case-insensitive
-  literal match, so the blank replaces exactly the answer's words), or None."""
-  pat = re.compile(r"(?<!\w)" + re.escape(answer) + r"(?!\w)", re.IGNORECASE)
-  for p in passages:
-    title, text = pf.doc_title_text(p)
+def answer_pattern(answer: str) -> re.Pattern:
+  """The answer as a case-insensitive literal with word boundaries (the blank replaces exactly
+  the answer's words)."""
+  return re.compile(r"(?<!\w)" + re.escape(answer) + r"(?!\w)", re.IGNORECASE)
+
+
+def find_sentence(answer: str, docs: Sequence[dict], visible: str,
+                  exclude_ids: Sequence[str] = ()) -> Optional[tuple[str, str]]:
+  """(title, sentence) of the first sentence of `docs` that states `answer` once, has 8-45
+  words and appears whole in `visible` (the observation text the policy sees), from a document
+  not in `exclude_ids`; or None."""
+  pat, excluded = answer_pattern(answer), set(map(str, exclude_ids))
+  for d in docs:
+    if str(d.get("id", "")) in excluded:
+      continue
+    title, text = pf.doc_title_text(d)
     for s in sentences(text):
-      if pat.search(s) and 8 <= len(s.split()) <= 45:
+      if len(pat.findall(s)) == 1 and 8 <= len(s.split()) <= 45 and s in visible:
         return title, s
   return None
 
 
 def blank(sentence: str, answer: str) -> str:
-  pat = re.compile(r"(?<!\w)" + re.escape(answer) + r"(?!\w)", re.IGNORECASE)
-  return pat.sub("___", sentence, count=1)
+  return answer_pattern(answer).sub("___", sentence, count=1)
 
 
 def keywords(text: str, n: int = 10) -> str:
@@ -94,11 +106,11 @@ def keywords(text: str, n: int = 10) -> str:
   return " ".join([w for w in words if w][:n])
 
 
-def make_question(src: Source) -> str:
-  kind = KIND_WORDS.get(src.kind, "word or name")
-  about = "" if _contains(src.title, src.answer) else f" about {src.title}"
+def make_question(answer: str, kind: str, title: str, sentence: str) -> str:
+  kind = KIND_WORDS.get(kind, "word or name")
+  about = "" if _contains(title, answer) or not title else f" about {title}"
   return (f"Which {kind} fills the blank in this statement from an encyclopedia "
-          f"article{about}: \"{blank(src.sentence, src.answer)}\"?")
+          f"article{about}: \"{blank(sentence, answer)}\"?")
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,64 +145,73 @@ def _search(retriever, tokenizer, queries, topk, max_obs_tokens):
                       timeout_s=120.0)
 
 
+def _visible(tokenizer, result) -> str:
+  return tokenizer.decode(result.obs_ids)
+
+
 def build_demos(sources: Sequence[Source], retriever, tokenizer, *, topk: int,
                 max_obs_tokens: int, filter_cfg: filters.FilterConfig,
-                examples: Sequence[str] = ()) -> list[Demo]:
-  """Proposer, solver and verifier demonstrations (see the module docstring) for `sources`."""
-  questions = [make_question(s) for s in sources]
-  q1 = [keywords(blank(s.sentence, s.answer), 12) for s in sources]
-  q2 = [s.title if not _contains(s.title, s.answer) else keywords(
-      blank(s.sentence, s.answer).split("___")[-1] or s.sentence, 8) for s in sources]
-  r1 = _search(retriever, tokenizer, q1, topk, max_obs_tokens)
-  r2 = _search(retriever, tokenizer, q2, topk, max_obs_tokens)
-  rs = _search(retriever, tokenizer, [keywords(blank(s.sentence, s.answer), 14) for s in sources],
-               topk, max_obs_tokens)
-  out: list[Demo] = []
-  for s, q, a, b, c in zip(sources, questions, r1, r2, rs):
-    hit = next((d for d in a.docs + b.docs if _contains(pf.doc_title_text(d)[1], s.answer)), None)
-    quote = blank(s.sentence, s.answer)
-    # proposer: search, read, search again, write the question
-    segs = [("text", f"<think> The answer is {s.answer}. I will search for facts that lead to "
-                     f"it. </think>\n<search> {a.query} </search>"), ("obs", a),
-            ("text", f"<think> I need one more fact about the topic. </think>\n"
+                examples: Sequence[str] = (), exclude_ids: Sequence[str] = (),
+                want: int = 0, noise_docs: int = 0, seed: int = 0) -> list[Demo]:
+  """Proposer, verifier and solver demonstrations (see the module docstring) for the first
+  `want` sources (0: all) that yield a proposer demonstration; sources whose answer search
+  shows no usable sentence are skipped."""
+  first = _search(retriever, tokenizer, [s.answer for s in sources], topk, max_obs_tokens)
+  picks = []                      # (source, first result, title, sentence)
+  for s, r in zip(sources, first):
+    found = find_sentence(s.answer, r.docs, _visible(tokenizer, r), exclude_ids)
+    if found is not None:
+      picks.append((s, r, *found))
+  second_q = []
+  for s, r, title, sent in picks:
+    q2 = title if title and not _contains(title, s.answer) else keywords(
+        blank(sent, s.answer).split("___")[-1] or blank(sent, s.answer), 8)
+    second_q.append(q2 if normalize_answer(q2) != normalize_answer(s.answer) else
+                    keywords(blank(sent, s.answer), 8))
+  second = _search(retriever, tokenizer, second_q, topk, max_obs_tokens)
+  solver_r = _search(retriever, tokenizer,
+                     [keywords(blank(sent, s.answer), 14) for s, _, _, sent in picks],
+                     topk, max_obs_tokens)
+  proposers, verifiers_for, solvers = [], [], []
+  for (s, a, title, sent), b, c in zip(picks, second, solver_r):
+    if want and len(proposers) >= want:
+      break
+    q = make_question(s.answer, s.kind, title, sent)
+    segs = [("text", f"<think> The answer is {s.answer}. I will search for it. </think>\n"
+                     f"<search> {a.query} </search>"), ("obs", a),
+            ("text", f"<think> I will search for more about {title or 'this topic'}. </think>\n"
                      f"<search> {b.query} </search>"), ("obs", b),
-            ("text", f"<think> A document says: {quote} The blank is {s.answer}. </think>\n"
-                     f"<question> {q} </question>")]
-    msgs = prompts.proposer_messages(s.answer, s.hops, examples)
-    tr = assemble(tokenizer, msgs, segs)
-    if hit is not None and filters.check_proposal(tr, s.answer, filter_cfg)[1] is None:
-      out.append(Demo("proposer", tr, s.answer, q))
-      materials = rag.format_docs(tr.all_docs)
-      vmsgs = prompts.verifier_messages(q, materials)
-      out.append(Demo("verifier", assemble(tokenizer, vmsgs, [(
-          "text", f"The materials give the blank: {s.answer}.\n"
-                  f"<answer> {s.answer} </answer>")]), s.answer, q))
-    # solver: search the statement, answer from the documents
-    if any(_contains(pf.doc_title_text(d)[1], s.answer) for d in c.docs):
-      segs = [("text", f"<think> I need to find this statement. </think>\n"
+            ("text", f"<think> A document says: {sent} </think>\n<question> {q} </question>")]
+    tr = assemble(tokenizer, prompts.proposer_messages(s.answer, s.hops, examples), segs)
+    if filters.check_proposal(tr, s.answer, filter_cfg)[1] is not None:
+      continue
+    proposers.append(Demo("proposer", tr, s.answer, q))
+    verifiers_for.append((s, q, rag.format_docs(tr.all_docs)))
+    if _contains(_visible(tokenizer, c), s.answer):
+      segs = [("text", f"<think> I will search for this statement. </think>\n"
                        f"<search> {c.query} </search>"), ("obs", c),
               ("text", f"<think> The documents say the blank is {s.answer}. </think>\n"
                        f"<answer> {s.answer} </answer>")]
-      out.append(Demo("solver", assemble(tokenizer, prompts.solver_messages(q), segs),
-                      s.answer, q))
-  return out
+      solvers.append(Demo("solver", assemble(tokenizer, prompts.solver_messages(q), segs),
+                          s.answer, q))
+  materials = rag.mix_noise([m for _, _, m in verifiers_for], noise_docs,
+                            np.random.default_rng(seed))
+  verifiers = [Demo("verifier", assemble(tokenizer, prompts.verifier_messages(q, m), [
+      ("text", f"<answer> {s.answer} </answer>")]), s.answer, q)
+      for (s, q, _), m in zip(verifiers_for, materials)]
+  return proposers + verifiers + solvers
 
 
 # --------------------------------------------------------------------------------------------
 # Sources from an answer set
 # --------------------------------------------------------------------------------------------
-def load_sources(answers_path: str, corpus_path: str, *, retriever=None,
-                 exclude_ids: Sequence[str] = (), default_hops: int = 2,
-                 limit: int = 0, seed: int = 0) -> list[Source]:
-  """Answers of an answer-set JSONL paired with a passage sentence stating them: the line's
-  `source_id` passage when it has one, else the retriever's top documents for the answer.
-  Passages in `exclude_ids` (held-out evaluation support) are never used."""
-  from retrieval.corpus import iter_corpus, to_doc
-  excluded = set(map(str, exclude_ids))
-  by_id = {r["id"]: to_doc(r) for r in iter_corpus(corpus_path)}
+def load_sources(answers_path: str, *, default_hops: int = 2, limit: int = 0,
+                 seed: int = 0) -> list[Source]:
+  """The answers of an answer-set JSONL in a seeded random order (the first `limit`; 0: all).
+  Bad lines are skipped (the answer loader counts them)."""
   rows = []
   opener = gzip.open if answers_path.endswith(".gz") else open
-  with opener(answers_path, "rb") as f:  # bad lines are skipped (the answer loader counts them)
+  with opener(answers_path, "rb") as f:
     for raw in f:
       try:
         rec = json.loads(raw.decode("utf-8"))
@@ -198,25 +219,18 @@ def load_sources(answers_path: str, corpus_path: str, *, retriever=None,
         continue
       if isinstance(rec, dict):
         rows.append(rec)
-  order = np.random.default_rng(seed).permutation(len(rows))
   out = []
-  for i in order:
+  for i in np.random.default_rng(seed).permutation(len(rows)):
     rec = rows[i]
     gt = rec.get("ground_truth")
     answer = gt if isinstance(gt, str) else (gt or [""])[0]
-    if not str(answer).strip():
+    if not isinstance(answer, str) or not answer.strip():
       continue
-    sid = str(rec.get("source_id", ""))
-    if sid in excluded:
+    try:
+      hops = int(rec.get("search_turns") or default_hops)
+    except (TypeError, ValueError):
       continue
-    cands = [by_id[sid]] if sid in by_id else []
-    if not cands and retriever is not None:
-      cands = [d for d in retriever.search([answer], 5)[0] if str(d.get("id")) not in excluded]
-    found = find_source(answer, cands)
-    if found is None:
-      continue
-    out.append(Source(answer, int(rec.get("search_turns") or default_hops),
-                      str(rec.get("category", "")), *found))
+    out.append(Source(answer.strip(), hops, str(rec.get("category", ""))))
     if limit and len(out) >= limit:
       break
   return out

@@ -26,7 +26,7 @@ from ssp_jax.warmstart import demos as demos_lib
 from ssp_jax.warmstart.sft import sft
 
 log = logging.getLogger(__name__)
-VERSION = 2      # bump when the demonstrations or the SFT change meaning
+VERSION = 3      # bump when the demonstrations or the SFT change meaning
 EVAL_SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                             "eval_wiki_sample.jsonl")
 
@@ -51,21 +51,22 @@ def cache_key(config) -> str:
            _digest(_answers_path(config)), _digest(default_corpus_path()),
            config.retrieval.url or config.retrieval.index_dir or "default-index",
            config.rollout.topk, config.rollout.max_obs_tokens, config.ssp.filters.to_dict(),
-           config.ssp.default_hops, config.rl.compute_dtype)
+           config.ssp.default_hops, config.rl.compute_dtype, config.ssp.rag.noise_docs,
+           config.ssp.rag.enabled)
   return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
 
 
 def build_demos(config, tokenizer, retriever) -> list[demos_lib.Demo]:
-  from retrieval.corpus import default_corpus_path
   from ssp_jax.ssp import filters
   w = config.warmstart
-  sources = demos_lib.load_sources(
-      _answers_path(config), default_corpus_path(), retriever=retriever,
-      exclude_ids=demos_lib.eval_support_ids([EVAL_SUPPORT]), default_hops=config.ssp.default_hops,
-      limit=w.sources, seed=w.seed)
-  return demos_lib.build_demos(sources, retriever, tokenizer, topk=config.rollout.topk,
-                               max_obs_tokens=config.rollout.max_obs_tokens,
-                               filter_cfg=filters.FilterConfig.from_config(config.ssp.filters))
+  sources = demos_lib.load_sources(_answers_path(config), default_hops=config.ssp.default_hops,
+                                   limit=4 * w.sources, seed=w.seed)
+  return demos_lib.build_demos(
+      sources, retriever, tokenizer, topk=config.rollout.topk,
+      max_obs_tokens=config.rollout.max_obs_tokens,
+      filter_cfg=filters.FilterConfig.from_config(config.ssp.filters),
+      exclude_ids=sorted(demos_lib.eval_support_ids([EVAL_SUPPORT])), want=w.sources,
+      noise_docs=config.ssp.rag.noise_docs if config.ssp.rag.enabled else 0, seed=w.seed)
 
 
 def demos_for_config(config):
