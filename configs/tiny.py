@@ -28,7 +28,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   r = c.rollout
   r.batch_size = 8              # decode slots (proposer 2 + solver 2x2 rollouts fit at once)
   r.max_prompt_tokens = 1024    # the proposer prompt is ~450 tokens
-  r.max_response_tokens = 640   # two searches with 160-token observations + a question
+  r.max_response_tokens = 416   # a search with a 160-token observation + a question
   r.cache_min_len = 256
   r.prefill_chunk = 512
   r.steps_per_call = 64
@@ -50,20 +50,23 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   s = c.ssp
   s.batch_size = 2              # answers per step
   s.solver_n = 2                # GRPO needs groups of >= 2
-  s.proposer_max_new_tokens = 640
+  s.proposer_max_new_tokens = 416
   s.solver_max_new_tokens = 320
   s.samples_per_step = 4
   s.rag.max_new_tokens = 48
   s.rag.noise_docs = 0          # the paper's no-noise setting (its ablation: 0/1/4/7): with 4,
                                 # five proposals' documents (~3,300 tokens) overflow the prompt
   s.reward.solver = "em"        # the 135M policy is no judge
+  s.filters.min_searches = 1    # a difference from the original's rule (it rejects <= 1
+                                # search): one search keeps the 135M proposer's trajectories
+                                # short enough for 2 CPU cores (docs/training.md)
 
   w = c.warmstart               # a difference from the paper (docs/training.md, "Warm start"):
   w.enabled = True              # SmolLM2-135M never writes the game's tags on its own, so it
-  w.sources = 8                 # first learns the format from demonstrations built with the
+  w.sources = 12                # first learns the format from demonstrations built with the
   w.epochs = 1                  # real retriever (first use only, then cached); sized for a
   w.lr = 2e-4                   # few minutes on 2 CPU cores (~40 s per 1,536-token row)
   w.batch_size = 1
-  w.max_len = 1536
+  w.max_len = 1024
   w.remat = "none"
   return c

@@ -10,18 +10,22 @@
 #
 #   bash launch/learning_runs_h200.sh MODEL.gguf OUT [MATH_TRAIN_S] [SSP_TRAIN_S]
 #   (then, anywhere: ssp-jax plot OUT/math/run --out plots/math; ssp-jax plot OUT/ssp/run ...)
+# Environment: RUNS="math ssp" (either or both), MATH_CONFIG (default configs/svs_gsm_h200.py:rlvr;
+# configs/svs_gsm_h200.py is SvS with synthesis).
 set -uo pipefail
 MODEL=${1:?usage: learning_runs_h200.sh MODEL.gguf OUT [MATH_TRAIN_S] [SSP_TRAIN_S]}
 OUT=${2:?output directory}
 TM=${3:-300}
 TS=${4:-300}
 PY=${PYTHON:-python3}
+RUNS=${RUNS:-math ssp}
+MATH_CONFIG=${MATH_CONFIG:-configs/svs_gsm_h200.py:rlvr}
 mkdir -p "$OUT/math" "$OUT/ssp"
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.45}
 export SSP_JAX_CACHE=${SSP_JAX_CACHE:-$OUT/cache}
 
 math_run() {
-  local c="configs/svs_gsm_h200.py:rlvr" m="--config.model.path=$MODEL"
+  local c="$MATH_CONFIG" m="--config.model.path=$MODEL"
   $PY -m ssp_jax eval --config $c $m --out "$OUT/math/eval_before"
   timeout -s INT "$TM" $PY -m ssp_jax train --config $c $m --config.workdir="$OUT/math/run" \
     --config.total_steps=200 --config.checkpoint.every=2 --config.checkpoint.async_save=false \
@@ -42,8 +46,13 @@ ssp_run() {
   $PY -m ssp_jax eval --config $c $m --checkpoint "$OUT/ssp/run" --out "$OUT/ssp/eval_after"
 }
 
-math_run > "$OUT/math/log.txt" 2>&1 &
-ssp_run > "$OUT/ssp/log.txt" 2>&1 &
+for r in $RUNS; do
+  case $r in
+    math) math_run > "$OUT/math/log.txt" 2>&1 & ;;
+    ssp) ssp_run > "$OUT/ssp/log.txt" 2>&1 & ;;
+    *) echo "RUNS: unknown run '$r' (math, ssp)" >&2; exit 2 ;;
+  esac
+done
 wait
 cd "$OUT" && tar czf results.tar.gz --exclude='checkpoints' --exclude='bm25' --exclude='cache' \
   --exclude='tb' math ssp && ls -la results.tar.gz

@@ -5,8 +5,9 @@ A small model (the embedded SmolLM2-135M) never writes the game's tags on its ow
 SSP ever happens. The warm start shows it the *format* of each role it plays, once, before
 self-play begins; the demonstrations are deliberately plain:
 
-* proposer: a search for the answer it was given, then a second search about the article
-  where it read the answer, then a fill-in-the-blank question made from a sentence of what the
+* proposer: a search for the answer it was given, then (when the rule filters require two
+  searches, `ssp.filters.min_searches`) a second search about the article where it read the
+  answer, then a fill-in-the-blank question made from a sentence of what the
   first search returned (a sentence that holds the answer, the answer replaced by a blank),
   inside `<question>`. Every step uses only what the trajectory has seen: the query is the given
   answer, the quoted sentence is in the first `<information>` block as the policy sees it
@@ -172,16 +173,18 @@ def build_demos(sources: Sequence[Source], retriever, tokenizer, *, topk: int,
   solver_r = _search(retriever, tokenizer,
                      [keywords(blank(sent, s.answer), 14) for s, _, _, sent in picks],
                      topk, max_obs_tokens)
+  two = filter_cfg.min_searches >= 2   # the demonstration makes as many searches as required
   proposers, verifiers_for, solvers = [], [], []
   for (s, a, title, sent), b, c in zip(picks, second, solver_r):
     if want and len(proposers) >= want:
       break
     q = make_question(s.answer, s.kind, title, sent)
     segs = [("text", f"<think> The answer is {s.answer}. I will search for it. </think>\n"
-                     f"<search> {a.query} </search>"), ("obs", a),
-            ("text", f"<think> I will search for more about {title or 'this topic'}. </think>\n"
-                     f"<search> {b.query} </search>"), ("obs", b),
-            ("text", f"<think> A document says: {sent} </think>\n<question> {q} </question>")]
+                     f"<search> {a.query} </search>"), ("obs", a)]
+    if two:
+      segs += [("text", f"<think> I will search for more about {title or 'this topic'}. </think>\n"
+                        f"<search> {b.query} </search>"), ("obs", b)]
+    segs += [("text", f"<think> A document says: {sent} </think>\n<question> {q} </question>")]
     tr = assemble(tokenizer, prompts.proposer_messages(s.answer, s.hops, examples), segs)
     if filters.check_proposal(tr, s.answer, filter_cfg)[1] is not None:
       continue
