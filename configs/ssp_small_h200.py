@@ -34,7 +34,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
 
   r = c.rollout
   r.batch_size = 256
-  r.max_prompt_tokens = 1024
+  r.max_prompt_tokens = 3072    # the RAG verifier's prompt: its ~1,000 tokens of documents and
+                                # one noise proposal's (a 1,024 cap cut the instructions off)
   r.max_response_tokens = 1024
   r.cache_min_len = 512
   r.steps_per_call = 64
@@ -59,12 +60,15 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   s.solver_max_new_tokens = 512
   s.samples_per_step = 8
   s.rag.max_new_tokens = 128
+  s.rag.noise_docs = 1          # one of the paper's ablation settings (0/1/4/7; default 4): with
+                                # 4, five proposals' documents are ~5,000 tokens a prompt
   s.reward.solver = "em"
 
   w = c.warmstart
   w.enabled = True
   w.sources = 200
-  w.epochs = 3
+  w.epochs = 2
+  w.max_len = 3072              # the verifier demonstrations carry the same materials
   w.batch_size = 16
 
   c.eval.limit = 0

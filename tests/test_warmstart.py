@@ -158,3 +158,17 @@ def test_sft_lowers_the_demonstration_loss(setup):
   assert float(loss_fn(warm)) < 0.7 * before
   # the original params are untouched (sft works on a copy)
   assert float(loss_fn(params)) == pytest.approx(before, rel=1e-6)
+
+
+def test_demonstrations_longer_than_a_row_are_named(setup, capsys):
+  from ssp_jax.warmstart.run import fit_to_rows
+  demos = setup[4]
+  size = lambda d: len(d.traj.prompt_ids) + len(d.traj.response_ids)
+  verifiers = [d for d in demos if d.role == "verifier"]
+  with pytest.raises(ValueError, match="every verifier demonstration.*warmstart.max_len"):
+    fit_to_rows(verifiers, min(size(d) for d in verifiers) - 1)
+  longest = max(size(d) for d in demos)
+  kept = fit_to_rows(demos, longest - 1)
+  assert len(kept) == sum(size(d) < longest for d in demos) < len(demos)
+  assert "left out" in capsys.readouterr().err
+  assert fit_to_rows(demos, longest) == demos

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import time
 from typing import Any, Optional, Sequence
 
@@ -26,6 +27,8 @@ from ssp_jax.rl.advantages import role_advantages
 from ssp_jax.ssp import filters, prompts, rag, replay, rewards
 from ssp_jax.ssp.answers import AnswerItem
 from ssp_jax.types import Trajectory
+
+log = logging.getLogger(__name__)
 
 PROPOSER, SOLVER = 0, 1           # role ids (ssp_jax.rl.config.ROLE_IDS)
 MODES = ("selfplay", "solver_only", "proposer_only")
@@ -42,6 +45,7 @@ class PolicyText:
     self.engine, self.params_fn = engine, params_fn
     self.seed_key = self.key = jax.random.PRNGKey(seed)
     self.calls = 0
+    self.last_truncated = 0      # prompts of the last call that lost their beginning
 
   def set_step(self, step: int) -> None:
     """Derives this step's sampling keys from (seed, step), so a resumed run draws the same."""
@@ -53,6 +57,7 @@ class PolicyText:
     trajs = self.engine.generate(self.params_fn(), list(messages), rng, stop=("</answer>",),
                                  use_search=False, temperature=temperature,
                                  max_new_tokens=max_new_tokens)
+    self.last_truncated = sum(bool(t.meta.get("prompt_truncated")) for t in trajs)
     return [t.text for t in trajs]
 
 
@@ -93,6 +98,7 @@ class SSPGame:
         reset_every=0 if fill.strategy == "full_reuse" else fill.reset_every,
         max_solve_rate=fill.max_solve_rate, capacity=fill.capacity)
     self.timings: collections.Counter = collections.Counter()
+    self.rag_truncated = 0.0     # share of the last verification's prompts that were cut
 
   # -- rollouts -------------------------------------------------------------------------------
   def _generate(self, params, messages, key, stop, max_new_tokens) -> list[Trajectory]:
@@ -137,6 +143,12 @@ class SSPGame:
                           temperature=self.cfg.rag.temperature,
                           judge=self.judge if self.cfg.rag.use_judge else None)
     self.timings["verification"] += time.perf_counter() - t0
+    cut = int(getattr(self.verifier, "last_truncated", 0) or 0) if todo else 0
+    self.rag_truncated = cut / max(1, len(todo))
+    if cut:
+      log.warning("%d of %d RAG verifier prompts were longer than rollout.max_prompt_tokens and "
+                  "lost their beginning (instructions included): raise rollout.max_prompt_tokens "
+                  "or lower ssp.rag.noise_docs", cut, len(todo))
     for i, v in zip(todo, verdicts):
       proposals[i].verdict = v
       if not v.passed:
@@ -257,6 +269,7 @@ class SSPGame:
         "proposer/response_len": float(np.mean([len(p.traj.response_ids) for p in proposals]
                                                or [0])),
         "proposer/num": float(len(proposals)),
+        "rag/prompt_truncated": float(self.rag_truncated),
         "solver/reward_mean": float(np.mean(solver_r)) if solver_r else 0.0,
         "solver/solve_rate_mean": float(np.mean(rates)) if rates else 0.0,
         "solver/searches_mean": float(np.mean([t.num_searches for t in solver_trajs] or [0])),

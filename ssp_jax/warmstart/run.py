@@ -69,6 +69,26 @@ def build_demos(config, tokenizer, retriever) -> list[demos_lib.Demo]:
       noise_docs=config.ssp.rag.noise_docs if config.ssp.rag.enabled else 0, seed=w.seed)
 
 
+def fit_to_rows(demos: list[demos_lib.Demo], max_len: int) -> list[demos_lib.Demo]:
+  """The demonstrations that fit a packed row of `max_len` tokens. Raises when every
+  demonstration of a role is longer (that role would never be learned), naming the length
+  it needs; prints how many were left out otherwise."""
+  size = lambda d: len(d.traj.prompt_ids) + len(d.traj.response_ids)
+  kept = [d for d in demos if size(d) <= max_len]
+  for role in ("proposer", "verifier", "solver"):
+    mine = [size(d) for d in demos if d.role == role]
+    out = sum(n > max_len for n in mine)
+    if mine and out == len(mine):
+      raise ValueError(f"warm start: every {role} demonstration is longer than "
+                       f"warmstart.max_len={max_len} (shortest {min(mine)} tokens); raise "
+                       f"warmstart.max_len, or shorten the prompts (rollout.max_obs_tokens, "
+                       f"ssp.rag.noise_docs)")
+    if out:
+      print(f"warm start: {out} of {len(mine)} {role} demonstrations are longer than "
+            f"warmstart.max_len={max_len} and are left out", file=sys.stderr)
+  return kept
+
+
 def demos_for_config(config):
   """(demonstrations, tokenizer) of a config, for inspection (`python -m ssp_jax.warmstart.demos`)."""
   from ssp_jax.ssp.build import load_model, make_retriever
@@ -100,7 +120,7 @@ def _train_and_save(config, model_cfg, params, tokenizer, retriever, out: str) -
   t0 = time.perf_counter()
   print(f"warm start (first use only, cached in {out}): building demonstrations",
         file=sys.stderr)
-  demos = build_demos(config, tokenizer, retriever)
+  demos = fit_to_rows(build_demos(config, tokenizer, retriever), w.max_len)
   counts = {r: sum(d.role == r for d in demos) for r in ("proposer", "solver", "verifier")}
   if not counts["proposer"] or not counts["solver"]:
     raise ValueError(f"warm start: too few demonstrations ({counts}); check the answer set "
