@@ -49,7 +49,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   rl.mini_batch_size = 256     # one optimizer update per step
   rl.micro_batch_size = 8       # packed rows at 32 ran out of memory beside the math run
   rl.pack = False               # as in the run of docs/results.md (2026-12-01)
-  rl.max_len = 2048
+  rl.max_len = 4096             # above rollout.max_prompt_tokens (the trainer checks)
   rl.remat = "none"
   rl.attn_impl = "xla"
 

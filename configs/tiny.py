@@ -64,9 +64,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   w = c.warmstart               # a difference from the paper (docs/training.md, "Warm start"):
   w.enabled = True              # SmolLM2-135M never writes the game's tags on its own, so it
   w.sources = 12                # first learns the format from demonstrations built with the
-  w.epochs = 1                  # real retriever (first use only, then cached); sized for a
-  w.lr = 2e-4                   # few minutes on 2 CPU cores (~40 s per 1,536-token row)
+  w.solver_sources = 24         # real retriever (first use only, then cached): 12 proposer and
+  w.epochs = 1                  # verifier demonstrations, 24 solver ones (with 12, the solver
+  w.lr = 2e-4                   # never solved a question in 14 steps on GPU; with 24 it did)
   w.batch_size = 1
-  w.max_len = 1024
+  w.max_len = 1024              # rows of 1,024 tokens (every demonstration fits)
   w.remat = "none"
   return c

@@ -9,6 +9,8 @@ def get_warmstart_config() -> ml_collections.ConfigDict:
   c.enabled = False      # True: SFT on demonstrations before self-play (configs/tiny.py)
   c.sources = 48         # answers turned into demonstrations (each gives up to 3: proposer,
                          # RAG verifier, solver); passages that support eval questions are skipped
+  c.solver_sources = 0   # solver demonstrations from this many answers (0: as many as
+                         # `sources`; they are the shortest, ~400 tokens for the 135M default)
   c.epochs = 2           # passes over the demonstrations
   c.lr = 5e-5            # AdamW learning rate (constant, no weight decay)
   c.batch_size = 2       # packed rows per SFT step

@@ -153,10 +153,12 @@ def _visible(tokenizer, result) -> str:
 def build_demos(sources: Sequence[Source], retriever, tokenizer, *, topk: int,
                 max_obs_tokens: int, filter_cfg: filters.FilterConfig,
                 examples: Sequence[str] = (), exclude_ids: Sequence[str] = (),
-                want: int = 0, noise_docs: int = 0, seed: int = 0) -> list[Demo]:
+                want: int = 0, noise_docs: int = 0, seed: int = 0,
+                want_solvers: int = 0) -> list[Demo]:
   """Proposer, verifier and solver demonstrations (see the module docstring) for the first
-  `want` sources (0: all) that yield a proposer demonstration; sources whose answer search
-  shows no usable sentence are skipped."""
+  `want` sources (0: all) that yield a proposer demonstration, and solver demonstrations for
+  the first `want_solvers` sources (0: as many as proposers; the solver's are the shortest
+  demonstrations); sources whose answer search shows no usable sentence are skipped."""
   first = _search(retriever, tokenizer, [s.answer for s in sources], topk, max_obs_tokens)
   picks = []                      # (source, first result, title, sentence)
   for s, r in zip(sources, first):
@@ -176,7 +178,9 @@ def build_demos(sources: Sequence[Source], retriever, tokenizer, *, topk: int,
   two = filter_cfg.min_searches >= 2   # the demonstration makes as many searches as required
   proposers, verifiers_for, solvers = [], [], []
   for (s, a, title, sent), b, c in zip(picks, second, solver_r):
-    if want and len(proposers) >= want:
+    need_prop = not want or len(proposers) < want
+    need_solv = len(solvers) < want_solvers if want_solvers else need_prop
+    if not (need_prop or need_solv):
       break
     q = make_question(s.answer, s.kind, title, sent)
     segs = [("text", f"<think> The answer is {s.answer}. I will search for it. </think>\n"
@@ -188,9 +192,10 @@ def build_demos(sources: Sequence[Source], retriever, tokenizer, *, topk: int,
     tr = assemble(tokenizer, prompts.proposer_messages(s.answer, s.hops, examples), segs)
     if filters.check_proposal(tr, s.answer, filter_cfg)[1] is not None:
       continue
-    proposers.append(Demo("proposer", tr, s.answer, q))
-    verifiers_for.append((s, q, rag.format_docs(tr.all_docs)))
-    if _contains(_visible(tokenizer, c), s.answer):
+    if need_prop:
+      proposers.append(Demo("proposer", tr, s.answer, q))
+      verifiers_for.append((s, q, rag.format_docs(tr.all_docs)))
+    if need_solv and _contains(_visible(tokenizer, c), s.answer):
       segs = [("text", f"<think> I will search for this statement. </think>\n"
                        f"<search> {c.query} </search>"), ("obs", c),
               ("text", f"<think> The documents say the blank is {s.answer}. </think>\n"

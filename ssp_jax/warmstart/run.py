@@ -60,12 +60,13 @@ def build_demos(config, tokenizer, retriever) -> list[demos_lib.Demo]:
   from ssp_jax.ssp import filters
   w = config.warmstart
   sources = demos_lib.load_sources(_answers_path(config), default_hops=config.ssp.default_hops,
-                                   limit=4 * w.sources, seed=w.seed)
+                                   seed=w.seed)
   return demos_lib.build_demos(
       sources, retriever, tokenizer, topk=config.rollout.topk,
       max_obs_tokens=config.rollout.max_obs_tokens,
       filter_cfg=filters.FilterConfig.from_config(config.ssp.filters),
       exclude_ids=sorted(demos_lib.eval_support_ids([EVAL_SUPPORT])), want=w.sources,
+      want_solvers=w.solver_sources,
       noise_docs=config.ssp.rag.noise_docs if config.ssp.rag.enabled else 0, seed=w.seed)
 
 
