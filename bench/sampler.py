@@ -24,6 +24,9 @@ Paper step (`--paper-step`): 256 proposer + 1,280 solver trajectories through th
 budgets drawn from lognormals with the stated means (`--step-*`), printing `rollout_s`.
 Memory: after each multi-turn / paper-step run a `sampler_memory` line gives the device's peak
 bytes in use (process-wide so far; null on CPU) against weights + KV-cache estimates.
+Multi-turn and paper-step lines carry `engine_stats` (the host-loop time breakdown, decode steps,
+occupancy, compiles; docs/rollout.md) and, after the untimed warm-up, `warmup_compiles` /
+`warmup_compile_s`. `--presets tiny` runs the tiny shape at the given batches and lengths.
 """
 from __future__ import annotations
 
@@ -146,8 +149,12 @@ WARMUP = True   # --warmup: an untimed identical run first, so the timed one com
 
 
 def _timed_generate(eng, params, prompts, budgets):
+  warm = {}
   if WARMUP:
     eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
+    warm = {"warmup_wall_s": round(eng.stats["wall_s"], 3),
+            "warmup_compiles": eng.stats["compiles"],
+            "warmup_compile_s": round(eng.stats["compile_s"], 3)}
   t0 = time.perf_counter()
   trajs = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
   wall = time.perf_counter() - t0
@@ -158,7 +165,7 @@ def _timed_generate(eng, params, prompts, budgets):
           "all_tok_s": round(total / wall, 1), "policy_tokens": policy, "all_tokens": total,
           "searches": sum(t.num_searches for t in trajs), "stop_reasons": reasons,
           "engine_stats": {k: round(v, 3) if isinstance(v, float) else v
-                           for k, v in eng.stats.items()}}
+                           for k, v in eng.stats.items()}, **warm}
 
 
 def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_max_tokens,
@@ -279,13 +286,44 @@ def _timed(fn):
   return time.perf_counter() - t0
 
 
-def _tunix_import_error() -> str:
-  """'' when tunix's sampler imports, else why not."""
+TUNIX_DEPS = ("flax (nnx), optax, orbax-checkpoint, metrax, etils, sentencepiece, jaxtyping, "
+              "absl-py, Pillow")   # what tunix's sampler and Qwen2 model import at module level
+
+
+def _import_tunix() -> None:
+  """Imports tunix's Sampler and Qwen2 model. tunix/__init__.py imports tunix's whole API (SFT,
+  distillation, RL learners) and all their dependencies; when that fails, the package is set up
+  as a bare module over the same directory (its __init__ not run), so only the sampler's and the
+  model's own imports are needed."""
   try:
     import tunix.generate.sampler  # noqa: F401
+    import tunix.models.qwen2.model  # noqa: F401
+    return
+  except Exception:   # noqa: BLE001 - retried below without tunix/__init__.py
+    pass
+  import importlib.util
+  import types
+  for name in [m for m in sys.modules if m == "tunix" or m.startswith("tunix.")]:
+    del sys.modules[name]
+  spec = importlib.util.find_spec("tunix")
+  if spec is None or not spec.submodule_search_locations:
+    raise ModuleNotFoundError("No module named 'tunix' (put tunix's source dir on PYTHONPATH)")
+  pkg = types.ModuleType("tunix")
+  pkg.__path__ = list(spec.submodule_search_locations)
+  sys.modules["tunix"] = pkg
+  import tunix.generate.sampler  # noqa: F401,F811
+  import tunix.models.qwen2.model  # noqa: F401,F811
+
+
+def _tunix_import_error() -> str:
+  """'' when tunix's sampler imports, else why not (the missing module named)."""
+  try:
+    _import_tunix()
     return ""
   except Exception as e:   # absent, or one of its dependencies is
-    return f"{type(e).__name__}: {e}"
+    missing = getattr(e, "name", None)
+    what = f"missing module {missing!r}" if missing else f"{type(e).__name__}: {e}"
+    return (f"{what}; tunix's sampler imports at module level: {TUNIX_DEPS}")
 
 
 def _report(name, bench, layout, run, cfg, dtype):
@@ -358,7 +396,7 @@ def main(argv=None) -> int:
     a.step_slots, a.step_proposers, a.step_solvers = 8, 4, 20
     a.step_proposer_mean, a.step_solver_mean, a.step_max_new = 24.0, 48.0, 96
   else:
-    shapes = [(n, models.get_preset(n)) for n in a.presets.split(",")]
+    shapes = [(n, TINY if n == "tiny" else models.get_preset(n)) for n in a.presets.split(",")]
     batches = [int(b) for b in a.batches.split(",")]
   for name, cfg in shapes:
     for B in batches:

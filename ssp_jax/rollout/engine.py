@@ -25,7 +25,7 @@ from models.config import ModelConfig
 from models.sharding import Sharder
 from ssp_jax import prompts_format as pf
 from ssp_jax import sampling as S
-from ssp_jax.rollout import multihost
+from ssp_jax.rollout import compiles, multihost
 from ssp_jax.rollout.config import get_rollout_config
 from ssp_jax.rollout.observations import SearchResult, run_searches
 from ssp_jax.rollout.pages import PageAllocator
@@ -176,8 +176,11 @@ class RolloutEngine:
     stats = collections.Counter()
     run.stats = stats
     self._run = run
+    compiles.install()
+    compiled0 = compiles.snapshot()
     t0, call = time.perf_counter(), 0
     while True:
+      tp = time.perf_counter()
       if self.paged:
         self._plan_pages(rows, queue, run, steps)
       else:
@@ -185,28 +188,44 @@ class RolloutEngine:
           if rows[b] is None and queue:
             rows[b] = queue.popleft()
       live = [b for b in range(B) if rows[b] is not None]
+      stats["plan_s"] += time.perf_counter() - tp
       if not live:
         break
+      tp = time.perf_counter()
       st = self._prefill_pending(params, st, rows, run)
+      jax.block_until_ready(st.tok_B)   # so that prefill_s holds the prefill's device time
+      stats["prefill_s"] += time.perf_counter() - tp
+      tp = time.perf_counter()
       limit = np.array([self._limit(b, r, run, steps) for b, r in enumerate(rows)], np.int32)
       need = max(rows[b].pos + int(limit[b]) + 1 for b in live)
       st = self._fit_cache(st, need, run)
       exit_after = max(1, math.ceil(float(c.refill_fraction) * len(live)))
+      stats["plan_s"] += time.perf_counter() - tp
       td = time.perf_counter()
       st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, jnp.asarray(limit > 0),
                          jnp.asarray(limit), jnp.int32(exit_after), jax.random.fold_in(rng, call),
                          num_steps=steps, sampling=run.sampling, dtype=self.dtype,
                          sharder=self.sharder, attn_impl=str(c.decode_attention))
-      res = jax.device_get(res)
+      jax.block_until_ready(res.steps)
       stats["decode_s"] += time.perf_counter() - td
+      td = time.perf_counter()
+      res = jax.device_get(res)
+      stats["transfer_s"] += time.perf_counter() - td
       stats["decode_calls"] += 1
+      stats["decode_steps"] += int(res.steps)
+      stats["slot_steps"] += int(res.steps) * B
       stats["policy_tokens"] += int(res.count_B.sum())
       call += 1
+      ta = time.perf_counter()
       searching = self._absorb(rows, res, run, out)
+      stats["absorb_s"] += time.perf_counter() - ta
       if searching:
         self._search(rows, searching, run, out, stats)
     stats["wall_s"] = time.perf_counter() - t0
-    self.stats = dict(stats)
+    n, secs, by_fn = compiles.since(compiled0)
+    stats["compiles"], stats["compile_s"] = n, secs
+    self.compiled_functions = by_fn
+    self.stats = _summary(stats)
     return out
 
   def _limit(self, b: int, r: Optional[_Row], run: "_Run", steps: int) -> int:
@@ -384,12 +403,15 @@ class RolloutEngine:
 
   def _search(self, rows, searching: list[int], run: "_Run", out, stats) -> None:
     c = self.cfg
+    tq = time.perf_counter()
     queries = [pf.extract_query(rows[b].open_prefix + self.tok.decode(rows[b].response),
                                 c.search_open, c.search_close) for b in searching]
     ts = time.perf_counter()
+    stats["splice_s"] += ts - tq
     results = self._run_searches(queries)
     stats["search_s"] += time.perf_counter() - ts
     stats["searches"] += len(searching)
+    ts = time.perf_counter()
     for b, res in zip(searching, results):
       r = rows[b]
       r.queries.append(res.query)
@@ -404,6 +426,7 @@ class RolloutEngine:
       r.logprobs += [0.0] * len(res.obs_ids)
       r.budget -= len(res.obs_ids)
       stats["obs_tokens"] += len(res.obs_ids)
+    stats["splice_s"] += time.perf_counter() - ts
 
   def _run_searches(self, queries: list[Optional[str]]) -> list[SearchResult]:
     """One batched retriever call; on several processes process 0 makes it and broadcasts the
@@ -425,6 +448,18 @@ class RolloutEngine:
         queries=r.queries, docs=r.docs, num_searches=len(r.queries),
         num_failed_searches=r.failed, stop_reason=reason, meta=r.meta)
     rows[b] = None
+
+
+def _summary(stats) -> dict:
+  """engine.stats: the counters plus derived figures (docs/rollout.md, "engine.stats")."""
+  out = dict(stats)
+  timed = sum(out.get(k, 0.0) for k in ("plan_s", "prefill_s", "decode_s", "transfer_s",
+                                         "absorb_s", "search_s", "splice_s"))
+  out["other_s"] = max(out["wall_s"] - timed, 0.0)
+  if out.get("decode_steps"):
+    out["decode_ms_per_step"] = 1000.0 * out["decode_s"] / out["decode_steps"]
+    out["occupancy"] = out.get("policy_tokens", 0) / out["slot_steps"]
+  return out
 
 
 @dataclasses.dataclass
