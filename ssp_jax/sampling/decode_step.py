@@ -3,10 +3,10 @@
 Differences from the generic chunk forward, all about memory traffic at T = 1:
   * Layers are unrolled over per-layer weight buffers (`decode_params`), so no weight is sliced
     out of a stacked array (and copied) on every step.
-  * The cache is read-only inside the layers: each layer attends over its cached slots before
-    the query plus the query's own k/v (a two-part softmax), and the new K/V of all layers go in
-    with one scatter at (row, position) after the scan, in place on the while-loop carry. No
-    layer's cache is copied into a new stacked scan output on every step.
+  * Each layer writes its new K/V at (row, position) in place into the carried cache, then
+    attends over slots <= position. (The earlier read-only variant, "einsum_readonly", attends
+    over the slots before the query plus its own k/v and scatters all layers' K/V at the end;
+    XLA then copies the whole cache every step, see decode_forward.)
   * Attention over the cache is two batched GEMMs (`einsum`, the default; on an H200 it is 1.7x
     faster end to end than a multiply-reduce over the cache layout, see bench/RESULTS.md).
 Equality with `forward_with_cache` is tested (tests/test_sampling_parity.py, HF greedy parity).
