@@ -22,6 +22,8 @@ Peer (`--peer tunix`, on by default when `import tunix` works): tunix's Sampler 
 tunix_tok_s).
 Paper step (`--paper-step`): 256 proposer + 1,280 solver trajectories through the engine, response
 budgets drawn from lognormals with the stated means (`--step-*`), printing `rollout_s`.
+With --no-warmup the timed run compiles: `compile_s` is the XLA compile time inside it and
+`policy_tok_s_excl_compile` the rate without it (tracing is not subtracted).
 Memory: after each multi-turn / paper-step run a `sampler_memory` line gives the device's peak
 bytes in use (process-wide so far; null on CPU) against weights + KV-cache estimates.
 Multi-turn and paper-step lines carry `engine_stats` (the host-loop time breakdown, decode steps,
@@ -161,7 +163,10 @@ def _timed_generate(eng, params, prompts, budgets):
   policy = sum(sum(t.loss_mask) for t in trajs)
   total = sum(len(t.response_ids) for t in trajs)
   reasons = {r: sum(t.stop_reason == r for t in trajs) for r in {t.stop_reason for t in trajs}}
+  compile_s = float(eng.stats.get("compile_s", 0.0))   # > 0 only with --no-warmup
   return {"wall_s": round(wall, 3), "policy_tok_s": round(policy / wall, 1),
+          "compile_s": round(compile_s, 3),
+          "policy_tok_s_excl_compile": round(policy / max(wall - compile_s, 1e-9), 1),
           "all_tok_s": round(total / wall, 1), "policy_tokens": policy, "all_tokens": total,
           "searches": sum(t.num_searches for t in trajs), "stop_reasons": reasons,
           "engine_stats": {k: round(v, 3) if isinstance(v, float) else v
@@ -180,7 +185,9 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
           "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "kv_layout": layout, "decode_attention": eng.cfg.decode_attention, **res,
           "single_turn_decode_tok_s": single_tok_s,
-          "vs_single_turn": round(res["policy_tok_s"] / single_tok_s, 3)}, eng
+          "vs_single_turn": round(res["policy_tok_s"] / single_tok_s, 3),
+          "vs_single_turn_excl_compile": round(res["policy_tok_s_excl_compile"] / single_tok_s,
+                                               3)}, eng
 
 
 def paper_step(name, cfg, B, P, dtype, max_obs, layout, kv_max_tokens, a):

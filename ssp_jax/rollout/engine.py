@@ -60,6 +60,11 @@ def _pow2(n: int) -> int:
   return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
 
+def _padded(rows: list[int], cap: int) -> list[int]:
+  """rows padded to a power of two (at most cap) by repeating the first one."""
+  return rows + [rows[0]] * (min(_pow2(len(rows)), cap) - len(rows))
+
+
 class RolloutEngine:
   """Batched multi-turn generation with a search tool. See docs/rollout.md."""
 
@@ -347,25 +352,31 @@ class RolloutEngine:
       st = S.prefill_rows(self.model_cfg, st, params, jnp.asarray(idx, jnp.int32),
                           jnp.asarray(toks), jnp.asarray(start), dtype=self.dtype,
                           sharder=self.sharder)
-    tok = [rows[b].pending[-1] for b in todo]
+    tok = {b: rows[b].pending[-1] for b in todo}
     for b in todo:
       rows[b].pos += len(rows[b].pending) - 1
       rows[b].pending = []
       rows[b].segment = bytearray()
-    R = len(todo)
-    st = S.set_rows(st, jnp.asarray(todo, jnp.int32), jnp.asarray(tok, jnp.int32),
-                    jnp.asarray([rows[b].pos for b in todo], jnp.int32), jnp.ones((R,), bool))
+    # Row counts padded to a power of two (repeating the first row with its own values), so
+    # that set_rows / set_windows compile a handful of shapes, not one per count of rows.
+    idx = _padded(todo, len(rows))
+    st = S.set_rows(st, jnp.asarray(idx, jnp.int32), jnp.asarray([tok[b] for b in idx], jnp.int32),
+                    jnp.asarray([rows[b].pos for b in idx], jnp.int32),
+                    jnp.ones((len(idx),), bool))
     resumed = [b for b in todo if rows[b].resume_segment is not None]
     if resumed:   # rows preempted mid-generation: restore their segment and stop window
       M = st.window_BM.shape[1]
-      win = np.full((len(resumed), M), PAD, np.int16)
-      for i, b in enumerate(resumed):
+      win = {}
+      for b in resumed:
         seg = rows[b].resume_segment
         rows[b].segment = bytearray(seg)
         rows[b].resume_segment = None
         tail = np.frombuffer(seg[-M:], np.uint8) if M else np.zeros(0, np.uint8)
-        win[i, M - len(tail):] = tail
-      st = S.set_windows(st, jnp.asarray(resumed, jnp.int32), jnp.asarray(win))
+        win[b] = np.full((M,), PAD, np.int16)
+        win[b][M - len(tail):] = tail
+      idx = _padded(resumed, len(rows))
+      st = S.set_windows(st, jnp.asarray(idx, jnp.int32),
+                         jnp.asarray(np.stack([win[b] for b in idx])))
     return st
 
   def _absorb(self, rows, res: S.DecodeOut, run: "_Run", out) -> list[int]:
