@@ -337,21 +337,29 @@ class RolloutEngine:
     chunk = int(self.cfg.prefill_chunk)
     fed = {b: rows[b].pending[:-1] for b in todo}
     pieces = {b: [fed[b][i:i + chunk] for i in range(0, len(fed[b]), chunk)] for b in todo}
+    bucket = lambda n: min(max(16, _pow2(n)), _pow2(chunk))   # chunk lengths that compile
     for k in range(max([len(p) for p in pieces.values()] + [0])):
-      group = [b for b in todo if len(pieces[b]) > k]
-      T = min(max(16, _pow2(max(len(pieces[b][k]) for b in group))), _pow2(chunk))
-      starts = [rows[b].pos + k * chunk for b in group]
-      st = self._fit_cache(st, max(starts) + T, run)
-      R = min(_pow2(len(group)), len(rows))
-      idx = group + [group[0]] * (R - len(group))
-      toks = np.zeros((R, T), np.int32)
-      for i, b in enumerate(idx):
-        piece = pieces[b][k]
-        toks[i, :len(piece)] = piece
-      start = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
-      st = S.prefill_rows(self.model_cfg, st, params, jnp.asarray(idx, jnp.int32),
-                          jnp.asarray(toks), jnp.asarray(start), dtype=self.dtype,
-                          sharder=self.sharder)
+      # Rows are grouped by the bucket of their own piece's length, one call per bucket: a
+      # 100-token observation is not padded to the 512 of another row's (rows never interact).
+      by_T: dict[int, list[int]] = {}
+      for b in todo:
+        if len(pieces[b]) > k:
+          by_T.setdefault(bucket(len(pieces[b][k])), []).append(b)
+      for T, group in sorted(by_T.items()):
+        starts = [rows[b].pos + k * chunk for b in group]
+        st = self._fit_cache(st, max(starts) + T, run)
+        idx = _padded(group, len(rows))
+        toks = np.zeros((len(idx), T), np.int32)
+        for i, b in enumerate(idx):
+          piece = pieces[b][k]
+          toks[i, :len(piece)] = piece
+        start = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
+        st = S.prefill_rows(self.model_cfg, st, params, jnp.asarray(idx, jnp.int32),
+                            jnp.asarray(toks), jnp.asarray(start), dtype=self.dtype,
+                            sharder=self.sharder)
+        run.stats["prefill_calls"] += 1
+        run.stats["prefill_tokens"] += sum(len(pieces[b][k]) for b in group)
+        run.stats["prefill_computed"] += len(idx) * T
     tok = {b: rows[b].pending[-1] for b in todo}
     for b in todo:
       rows[b].pos += len(rows[b].pending) - 1
