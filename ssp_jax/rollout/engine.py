@@ -60,6 +60,12 @@ def _pow2(n: int) -> int:
   return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
 
+def _put(x, dtype=None) -> jax.Array:
+  """A host array on the default device. (jnp.asarray of a numpy array compiles a small
+  program per new shape; device_put does not.)"""
+  return jax.device_put(np.asarray(x, dtype))
+
+
 def _padded(rows: list[int], cap: int) -> list[int]:
   """rows padded to a power of two (at most cap) by repeating the first one."""
   return rows + [rows[0]] * (min(_pow2(len(rows)), cap) - len(rows))
@@ -207,8 +213,8 @@ class RolloutEngine:
       exit_after = max(1, math.ceil(float(c.refill_fraction) * len(live)))
       stats["plan_s"] += time.perf_counter() - tp
       td = time.perf_counter()
-      st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, jnp.asarray(limit > 0),
-                         jnp.asarray(limit), jnp.int32(exit_after), jax.random.fold_in(rng, call),
+      st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, _put(limit > 0),
+                         _put(limit), jnp.int32(exit_after), jax.random.fold_in(rng, call),
                          num_steps=steps, sampling=run.sampling, dtype=self.dtype,
                          sharder=self.sharder, attn_impl=str(c.decode_attention))
       jax.block_until_ready(res.steps)
@@ -315,7 +321,7 @@ class RolloutEngine:
     alloc = run.alloc
     cols = max(alloc.pages_for(tokens), max(alloc.owned), 1)
     cols = min(_pow2(cols), alloc.table.shape[1])
-    table = jnp.asarray(alloc.table[:, :cols])
+    table = _put(alloc.table[:, :cols])
     if st.cache["k"][0].shape[1] < alloc.num_pages:
       return S.grow_pages(st, table, num_pages=alloc.num_pages, sharder=self.sharder)
     return S.set_table(st, table)
@@ -354,8 +360,8 @@ class RolloutEngine:
           piece = pieces[b][k]
           toks[i, :len(piece)] = piece
         start = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
-        st = S.prefill_rows(self.model_cfg, st, params, jnp.asarray(idx, jnp.int32),
-                            jnp.asarray(toks), jnp.asarray(start), dtype=self.dtype,
+        st = S.prefill_rows(self.model_cfg, st, params, _put(idx, np.int32),
+                            _put(toks), _put(start), dtype=self.dtype,
                             sharder=self.sharder)
         run.stats["prefill_calls"] += 1
         run.stats["prefill_tokens"] += sum(len(pieces[b][k]) for b in group)
@@ -365,12 +371,11 @@ class RolloutEngine:
       rows[b].pos += len(rows[b].pending) - 1
       rows[b].pending = []
       rows[b].segment = bytearray()
-    # Row counts padded to a power of two (repeating the first row with its own values), so
-    # that set_rows / set_windows compile a handful of shapes, not one per count of rows.
-    idx = _padded(todo, len(rows))
-    st = S.set_rows(st, jnp.asarray(idx, jnp.int32), jnp.asarray([tok[b] for b in idx], jnp.int32),
-                    jnp.asarray([rows[b].pos for b in idx], jnp.int32),
-                    jnp.ones((len(idx),), bool))
+    # Row lists padded to all B slots (repeating the first row with its own values), so that
+    # set_rows / set_windows compile once, not once per count of rows.
+    idx = todo + [todo[0]] * (len(rows) - len(todo))
+    st = S.set_rows(st, _put(idx, np.int32), _put([tok[b] for b in idx], np.int32),
+                    _put([rows[b].pos for b in idx], np.int32), _put(np.ones((len(idx),), bool)))
     resumed = [b for b in todo if rows[b].resume_segment is not None]
     if resumed:   # rows preempted mid-generation: restore their segment and stop window
       M = st.window_BM.shape[1]
@@ -382,9 +387,8 @@ class RolloutEngine:
         tail = np.frombuffer(seg[-M:], np.uint8) if M else np.zeros(0, np.uint8)
         win[b] = np.full((M,), PAD, np.int16)
         win[b][M - len(tail):] = tail
-      idx = _padded(resumed, len(rows))
-      st = S.set_windows(st, jnp.asarray(idx, jnp.int32),
-                         jnp.asarray(np.stack([win[b] for b in idx])))
+      idx = resumed + [resumed[0]] * (len(rows) - len(resumed))
+      st = S.set_windows(st, _put(idx, np.int32), _put(np.stack([win[b] for b in idx])))
     return st
 
   def _absorb(self, rows, res: S.DecodeOut, run: "_Run", out) -> list[int]:
