@@ -293,8 +293,9 @@ def _timed(fn):
   return time.perf_counter() - t0
 
 
-TUNIX_DEPS = ("flax (nnx), optax, orbax-checkpoint, metrax, etils, sentencepiece, jaxtyping, "
-              "absl-py, Pillow")   # what tunix's sampler and Qwen2 model import at module level
+# what tunix's sampler and Qwen2 model import at module level
+TUNIX_DEPS = ("flax (nnx), optax, orbax-checkpoint, etils, sentencepiece, jaxtyping, absl-py, "
+              "Pillow (and metrax, stubbed when absent)")
 
 
 def _import_tunix() -> None:
@@ -312,12 +313,29 @@ def _import_tunix() -> None:
   import types
   for name in [m for m in sys.modules if m == "tunix" or m.startswith("tunix.")]:
     del sys.modules[name]
+  try:   # tunix's Qwen2 imports jax.experimental.shard_map, which newer JAX may no longer have
+    import jax.experimental.shard_map  # noqa: F401
+  except ImportError:
+    if hasattr(jax, "shard_map"):
+      shim = types.ModuleType("jax.experimental.shard_map")
+      shim.shard_map = jax.shard_map
+      sys.modules["jax.experimental.shard_map"] = shim
   spec = importlib.util.find_spec("tunix")
   if spec is None or not spec.submodule_search_locations:
     raise ModuleNotFoundError("No module named 'tunix' (put tunix's source dir on PYTHONPATH)")
   pkg = types.ModuleType("tunix")
   pkg.__path__ = list(spec.submodule_search_locations)
   sys.modules["tunix"] = pkg
+  if importlib.util.find_spec("metrax") is None:
+    # metrax is imported only by tunix's SFT metrics logger (tunix.common.configs imports it),
+    # never called by the sampler: a stub with the three backend names lets the sampler import.
+    metrax, logging_ = types.ModuleType("metrax"), types.ModuleType("metrax.logging")
+    for name in ("LoggingBackend", "TensorboardBackend", "WandbBackend"):
+      setattr(logging_, name, type(name, (), {}))
+    metrax.logging = logging_
+    sys.modules.update({"metrax": metrax, "metrax.logging": logging_})
+    print("sampler.py: tunix peer with a stub for metrax (absent here; only tunix's training "
+          "metrics logger uses it)", file=sys.stderr)
   import tunix.generate.sampler  # noqa: F401,F811
   import tunix.models.qwen2.model  # noqa: F401,F811
 
@@ -328,7 +346,7 @@ def _tunix_import_error() -> str:
     _import_tunix()
     return ""
   except Exception as e:   # absent, or one of its dependencies is
-    missing = getattr(e, "name", None)
+    missing = e.name if isinstance(e, ModuleNotFoundError) else None
     what = f"missing module {missing!r}" if missing else f"{type(e).__name__}: {e}"
     return (f"{what}; tunix's sampler imports at module level: {TUNIX_DEPS}")
 
