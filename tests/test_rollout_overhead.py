@@ -76,3 +76,18 @@ def test_decode_step_scratch_is_small_next_to_the_cache():
   assert old["temp_over_cache"] > 1.0          # the bug this guards against, still visible
   assert new["temp_over_cache"] < 0.3, new
   assert new["alias_bytes"] >= new["cache_bytes"]   # the cache is updated in place (donated)
+
+
+def test_prefill_row_groups_are_powers_of_two_with_little_padding():
+  from ssp_jax.rollout.engine import _row_parts
+  for cap in (64, 96, 256):
+    for n in range(1, cap + 1):
+      rows = list(range(100, 100 + n))
+      parts = _row_parts(rows, cap)
+      flat = [b for p in parts for b in p]
+      assert sorted(set(flat)) == rows                          # every row, once...
+      assert len(flat) - n <= max(len(p) for p in parts) // 4   # ...plus at most 25% padding
+      for p in parts:
+        assert len(p) <= cap and (len(p) & (len(p) - 1) == 0 or len(p) == cap)
+        assert all(b == p[0] for b in p[len(set(p)):])          # padding repeats the first row
+  assert [len(p) for p in _row_parts(list(range(37)), 256)] == [32, 4, 1]

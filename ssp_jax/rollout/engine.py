@@ -66,9 +66,21 @@ def _put(x, dtype=None) -> jax.Array:
   return jax.device_put(np.asarray(x, dtype))
 
 
-def _padded(rows: list[int], cap: int) -> list[int]:
-  """rows padded to a power of two (at most cap) by repeating the first one."""
-  return rows + [rows[0]] * (min(_pow2(len(rows)), cap) - len(rows))
+def _row_parts(rows: list[int], cap: int) -> list[list[int]]:
+  """rows split into power-of-two groups (the shapes prefill compiles): padded (repeating the
+  first row) when that wastes at most a quarter of the group, else the largest power of two
+  below goes alone and the rest is split again (37 rows: 32 + 4 + 1, not 64). At most cap
+  rows a group (the slot count, which need not be a power of two)."""
+  parts = []
+  while rows:
+    n, p = len(rows), min(_pow2(len(rows)), cap)
+    if p - n <= p // 4:
+      parts.append(rows + [rows[0]] * (p - n))
+      break
+    h = _pow2(n) // 2   # < n
+    parts.append(rows[:h])
+    rows = rows[h:]
+  return parts
 
 
 class RolloutEngine:
@@ -354,18 +366,8 @@ class RolloutEngine:
       for T, group in sorted(by_T.items()):
         starts = [rows[b].pos + k * chunk for b in group]
         st = self._fit_cache(st, max(starts) + T, run)
-        idx = _padded(group, len(rows))
-        toks = np.zeros((len(idx), T), np.int32)
-        for i, b in enumerate(idx):
-          piece = pieces[b][k]
-          toks[i, :len(piece)] = piece
-        start = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
-        st = S.prefill_rows(self.model_cfg, st, params, _put(idx, np.int32),
-                            _put(toks), _put(start), dtype=self.dtype,
-                            sharder=self.sharder)
-        run.stats["prefill_calls"] += 1
-        run.stats["prefill_tokens"] += sum(len(pieces[b][k]) for b in group)
-        run.stats["prefill_computed"] += len(idx) * T
+        for idx in _row_parts(group, len(rows)):
+          st = self._prefill_call(params, st, rows, pieces, k, chunk, T, idx, group, run)
     tok = {b: rows[b].pending[-1] for b in todo}
     for b in todo:
       rows[b].pos += len(rows[b].pending) - 1
@@ -389,6 +391,21 @@ class RolloutEngine:
         win[b][M - len(tail):] = tail
       idx = resumed + [resumed[0]] * (len(rows) - len(resumed))
       st = S.set_windows(st, _put(idx, np.int32), _put(np.stack([win[b] for b in idx])))
+    return st
+
+  def _prefill_call(self, params, st, rows, pieces, k, chunk, T, idx, group, run):
+    """One prefill_rows call: piece k of the rows in idx (a power of two of them, the first
+    repeated as padding), padded to T tokens."""
+    toks = np.zeros((len(idx), T), np.int32)
+    for i, b in enumerate(idx):
+      piece = pieces[b][k]
+      toks[i, :len(piece)] = piece
+    start = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
+    st = S.prefill_rows(self.model_cfg, st, params, _put(idx, np.int32), _put(toks),
+                        _put(start), dtype=self.dtype, sharder=self.sharder)
+    run.stats["prefill_calls"] += 1
+    run.stats["prefill_tokens"] += sum(len(pieces[b][k]) for b in set(idx))
+    run.stats["prefill_computed"] += len(idx) * T
     return st
 
   def _absorb(self, rows, res: S.DecodeOut, run: "_Run", out) -> list[int]:
