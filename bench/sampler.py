@@ -22,8 +22,13 @@ Peer (`--peer tunix`, on by default when `import tunix` works): tunix's Sampler 
 tunix_tok_s).
 Paper step (`--paper-step`): 256 proposer + 1,280 solver trajectories through the engine, response
 budgets drawn from lognormals with the stated means (`--step-*`), printing `rollout_s`.
+With --no-warmup the timed run compiles: `compile_s` is the XLA compile time inside it and
+`policy_tok_s_excl_compile` the rate without it (tracing is not subtracted).
 Memory: after each multi-turn / paper-step run a `sampler_memory` line gives the device's peak
 bytes in use (process-wide so far; null on CPU) against weights + KV-cache estimates.
+Multi-turn and paper-step lines carry `engine_stats` (the host-loop time breakdown, decode steps,
+occupancy, compiles; docs/rollout.md) and, after the untimed warm-up, `warmup_compiles` /
+`warmup_compile_s`. `--presets tiny` runs the tiny shape at the given batches and lengths.
 """
 from __future__ import annotations
 
@@ -146,19 +151,26 @@ WARMUP = True   # --warmup: an untimed identical run first, so the timed one com
 
 
 def _timed_generate(eng, params, prompts, budgets):
+  warm = {}
   if WARMUP:
     eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
+    warm = {"warmup_wall_s": round(eng.stats["wall_s"], 3),
+            "warmup_compiles": eng.stats["compiles"],
+            "warmup_compile_s": round(eng.stats["compile_s"], 3)}
   t0 = time.perf_counter()
   trajs = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
   wall = time.perf_counter() - t0
   policy = sum(sum(t.loss_mask) for t in trajs)
   total = sum(len(t.response_ids) for t in trajs)
   reasons = {r: sum(t.stop_reason == r for t in trajs) for r in {t.stop_reason for t in trajs}}
+  compile_s = float(eng.stats.get("compile_s", 0.0))   # > 0 only with --no-warmup
   return {"wall_s": round(wall, 3), "policy_tok_s": round(policy / wall, 1),
+          "compile_s": round(compile_s, 3),
+          "policy_tok_s_excl_compile": round(policy / max(wall - compile_s, 1e-9), 1),
           "all_tok_s": round(total / wall, 1), "policy_tokens": policy, "all_tokens": total,
           "searches": sum(t.num_searches for t in trajs), "stop_reasons": reasons,
           "engine_stats": {k: round(v, 3) if isinstance(v, float) else v
-                           for k, v in eng.stats.items()}}
+                           for k, v in eng.stats.items()}, **warm}
 
 
 def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_max_tokens,
@@ -173,7 +185,9 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
           "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "kv_layout": layout, "decode_attention": eng.cfg.decode_attention, **res,
           "single_turn_decode_tok_s": single_tok_s,
-          "vs_single_turn": round(res["policy_tok_s"] / single_tok_s, 3)}, eng
+          "vs_single_turn": round(res["policy_tok_s"] / single_tok_s, 3),
+          "vs_single_turn_excl_compile": round(res["policy_tok_s_excl_compile"] / single_tok_s,
+                                               3)}, eng
 
 
 def paper_step(name, cfg, B, P, dtype, max_obs, layout, kv_max_tokens, a):
@@ -279,13 +293,62 @@ def _timed(fn):
   return time.perf_counter() - t0
 
 
-def _tunix_import_error() -> str:
-  """'' when tunix's sampler imports, else why not."""
+# what tunix's sampler and Qwen2 model import at module level
+TUNIX_DEPS = ("flax (nnx), optax, orbax-checkpoint, etils, sentencepiece, jaxtyping, absl-py, "
+              "Pillow (and metrax, stubbed when absent)")
+
+
+def _import_tunix() -> None:
+  """Imports tunix's Sampler and Qwen2 model. tunix/__init__.py imports tunix's whole API (SFT,
+  distillation, RL learners) and all their dependencies; when that fails, the package is set up
+  as a bare module over the same directory (its __init__ not run), so only the sampler's and the
+  model's own imports are needed."""
   try:
     import tunix.generate.sampler  # noqa: F401
+    import tunix.models.qwen2.model  # noqa: F401
+    return
+  except Exception:   # noqa: BLE001 - retried below without tunix/__init__.py
+    pass
+  import importlib.util
+  import types
+  for name in [m for m in sys.modules if m == "tunix" or m.startswith("tunix.")]:
+    del sys.modules[name]
+  try:   # tunix's Qwen2 imports jax.experimental.shard_map, which newer JAX may no longer have
+    import jax.experimental.shard_map  # noqa: F401
+  except ImportError:
+    if hasattr(jax, "shard_map"):
+      shim = types.ModuleType("jax.experimental.shard_map")
+      shim.shard_map = jax.shard_map
+      sys.modules["jax.experimental.shard_map"] = shim
+  spec = importlib.util.find_spec("tunix")
+  if spec is None or not spec.submodule_search_locations:
+    raise ModuleNotFoundError("No module named 'tunix' (put tunix's source dir on PYTHONPATH)")
+  pkg = types.ModuleType("tunix")
+  pkg.__path__ = list(spec.submodule_search_locations)
+  sys.modules["tunix"] = pkg
+  if importlib.util.find_spec("metrax") is None:
+    # metrax is imported only by tunix's SFT metrics logger (tunix.common.configs imports it),
+    # never called by the sampler: a stub with the three backend names lets the sampler import.
+    metrax, logging_ = types.ModuleType("metrax"), types.ModuleType("metrax.logging")
+    for name in ("LoggingBackend", "TensorboardBackend", "WandbBackend"):
+      setattr(logging_, name, type(name, (), {}))
+    metrax.logging = logging_
+    sys.modules.update({"metrax": metrax, "metrax.logging": logging_})
+    print("sampler.py: tunix peer with a stub for metrax (absent here; only tunix's training "
+          "metrics logger uses it)", file=sys.stderr)
+  import tunix.generate.sampler  # noqa: F401,F811
+  import tunix.models.qwen2.model  # noqa: F401,F811
+
+
+def _tunix_import_error() -> str:
+  """'' when tunix's sampler imports, else why not (the missing module named)."""
+  try:
+    _import_tunix()
     return ""
   except Exception as e:   # absent, or one of its dependencies is
-    return f"{type(e).__name__}: {e}"
+    missing = e.name if isinstance(e, ModuleNotFoundError) else None
+    what = f"missing module {missing!r}" if missing else f"{type(e).__name__}: {e}"
+    return (f"{what}; tunix's sampler imports at module level: {TUNIX_DEPS}")
 
 
 def _report(name, bench, layout, run, cfg, dtype):
@@ -358,7 +421,7 @@ def main(argv=None) -> int:
     a.step_slots, a.step_proposers, a.step_solvers = 8, 4, 20
     a.step_proposer_mean, a.step_solver_mean, a.step_max_new = 24.0, 48.0, 96
   else:
-    shapes = [(n, models.get_preset(n)) for n in a.presets.split(",")]
+    shapes = [(n, TINY if n == "tiny" else models.get_preset(n)) for n in a.presets.split(",")]
     batches = [int(b) for b in a.batches.split(",")]
   for name, cfg in shapes:
     for B in batches:

@@ -45,3 +45,40 @@ def test_peer_tunix_without_tunix_is_a_one_line_error():
     pass
   assert r.returncode == 2
   assert "--peer tunix: cannot import tunix" in r.stderr.strip().splitlines()[-1]
+
+
+def _fake_tunix(root, init_body, sampler_body):
+  for d in ("tunix", "tunix/generate", "tunix/models", "tunix/models/qwen2"):
+    os.makedirs(os.path.join(root, d), exist_ok=True)
+    open(os.path.join(root, d, "__init__.py"), "w").write("")
+  open(os.path.join(root, "tunix", "__init__.py"), "w").write(init_body)
+  open(os.path.join(root, "tunix", "generate", "sampler.py"), "w").write(sampler_body)
+  open(os.path.join(root, "tunix", "models", "qwen2", "model.py"), "w").write("X = 1\n")
+
+
+def test_tunix_import_skips_its_package_init_and_names_a_missing_module(tmp_path, monkeypatch):
+  """tunix/__init__.py imports tunix's whole API; the peer needs only the sampler and the Qwen2
+  model, so a failing package __init__ is bypassed, and a missing dependency of the sampler
+  itself is named in the one-line reason."""
+  sys.path.insert(0, os.path.join(ROOT, "bench"))
+  try:
+    import sampler as bench_sampler
+  finally:
+    sys.path.pop(0)
+  drop = lambda: [sys.modules.pop(m) for m in list(sys.modules)
+                  if m.split(".")[0] in ("tunix", "metrax")]
+  ok, bad = str(tmp_path / "ok"), str(tmp_path / "bad")
+  _fake_tunix(ok, "import a_trainer_dependency_not_installed\n", "CacheConfig = object\n")
+  _fake_tunix(bad, "", "import a_sampler_dependency_not_installed\n")
+  try:
+    drop()
+    monkeypatch.syspath_prepend(ok)
+    assert bench_sampler._tunix_import_error() == ""
+    import tunix.generate.sampler as ts
+    assert ts.CacheConfig is object
+    drop()
+    monkeypatch.syspath_prepend(bad)
+    why = bench_sampler._tunix_import_error()
+    assert why.startswith("missing module 'a_sampler_dependency_not_installed'"), why
+  finally:
+    drop()

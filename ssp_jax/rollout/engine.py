@@ -25,7 +25,7 @@ from models.config import ModelConfig
 from models.sharding import Sharder
 from ssp_jax import prompts_format as pf
 from ssp_jax import sampling as S
-from ssp_jax.rollout import multihost
+from ssp_jax.rollout import compiles, multihost
 from ssp_jax.rollout.config import get_rollout_config
 from ssp_jax.rollout.observations import SearchResult, run_searches
 from ssp_jax.rollout.pages import PageAllocator
@@ -58,6 +58,29 @@ class _Row:
 
 def _pow2(n: int) -> int:
   return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+def _put(x, dtype=None) -> jax.Array:
+  """A host array on the default device. (jnp.asarray of a numpy array compiles a small
+  program per new shape; device_put does not.)"""
+  return jax.device_put(np.asarray(x, dtype))
+
+
+def _row_parts(rows: list[int], cap: int) -> list[list[int]]:
+  """rows split into power-of-two groups (the shapes prefill compiles): padded (repeating the
+  first row) when that wastes at most a quarter of the group, else the largest power of two
+  below goes alone and the rest is split again (37 rows: 32 + 4 + 1, not 64). At most cap
+  rows a group (the slot count, which need not be a power of two)."""
+  parts = []
+  while rows:
+    n, p = len(rows), min(_pow2(len(rows)), cap)
+    if p - n <= p // 4:
+      parts.append(rows + [rows[0]] * (p - n))
+      break
+    h = _pow2(n) // 2   # < n
+    parts.append(rows[:h])
+    rows = rows[h:]
+  return parts
 
 
 class RolloutEngine:
@@ -176,8 +199,11 @@ class RolloutEngine:
     stats = collections.Counter()
     run.stats = stats
     self._run = run
+    compiles.install()
+    compiled0 = compiles.snapshot()
     t0, call = time.perf_counter(), 0
     while True:
+      tp = time.perf_counter()
       if self.paged:
         self._plan_pages(rows, queue, run, steps)
       else:
@@ -185,28 +211,44 @@ class RolloutEngine:
           if rows[b] is None and queue:
             rows[b] = queue.popleft()
       live = [b for b in range(B) if rows[b] is not None]
+      stats["plan_s"] += time.perf_counter() - tp
       if not live:
         break
+      tp = time.perf_counter()
       st = self._prefill_pending(params, st, rows, run)
+      jax.block_until_ready(st.tok_B)   # so that prefill_s holds the prefill's device time
+      stats["prefill_s"] += time.perf_counter() - tp
+      tp = time.perf_counter()
       limit = np.array([self._limit(b, r, run, steps) for b, r in enumerate(rows)], np.int32)
       need = max(rows[b].pos + int(limit[b]) + 1 for b in live)
       st = self._fit_cache(st, need, run)
       exit_after = max(1, math.ceil(float(c.refill_fraction) * len(live)))
+      stats["plan_s"] += time.perf_counter() - tp
       td = time.perf_counter()
-      st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, jnp.asarray(limit > 0),
-                         jnp.asarray(limit), jnp.int32(exit_after), jax.random.fold_in(rng, call),
+      st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, _put(limit > 0),
+                         _put(limit), jnp.int32(exit_after), jax.random.fold_in(rng, call),
                          num_steps=steps, sampling=run.sampling, dtype=self.dtype,
                          sharder=self.sharder, attn_impl=str(c.decode_attention))
-      res = jax.device_get(res)
+      jax.block_until_ready(res.steps)
       stats["decode_s"] += time.perf_counter() - td
+      td = time.perf_counter()
+      res = jax.device_get(res)
+      stats["transfer_s"] += time.perf_counter() - td
       stats["decode_calls"] += 1
+      stats["decode_steps"] += int(res.steps)
+      stats["slot_steps"] += int(res.steps) * B
       stats["policy_tokens"] += int(res.count_B.sum())
       call += 1
+      ta = time.perf_counter()
       searching = self._absorb(rows, res, run, out)
+      stats["absorb_s"] += time.perf_counter() - ta
       if searching:
         self._search(rows, searching, run, out, stats)
     stats["wall_s"] = time.perf_counter() - t0
-    self.stats = dict(stats)
+    n, secs, by_fn = compiles.since(compiled0)
+    stats["compiles"], stats["compile_s"] = n, secs
+    self.compiled_functions = by_fn
+    self.stats = _summary(stats)
     return out
 
   def _limit(self, b: int, r: Optional[_Row], run: "_Run", steps: int) -> int:
@@ -291,7 +333,7 @@ class RolloutEngine:
     alloc = run.alloc
     cols = max(alloc.pages_for(tokens), max(alloc.owned), 1)
     cols = min(_pow2(cols), alloc.table.shape[1])
-    table = jnp.asarray(alloc.table[:, :cols])
+    table = _put(alloc.table[:, :cols])
     if st.cache["k"][0].shape[1] < alloc.num_pages:
       return S.grow_pages(st, table, num_pages=alloc.num_pages, sharder=self.sharder)
     return S.set_table(st, table)
@@ -313,40 +355,57 @@ class RolloutEngine:
     chunk = int(self.cfg.prefill_chunk)
     fed = {b: rows[b].pending[:-1] for b in todo}
     pieces = {b: [fed[b][i:i + chunk] for i in range(0, len(fed[b]), chunk)] for b in todo}
+    bucket = lambda n: min(max(16, _pow2(n)), _pow2(chunk))   # chunk lengths that compile
     for k in range(max([len(p) for p in pieces.values()] + [0])):
-      group = [b for b in todo if len(pieces[b]) > k]
-      T = min(max(16, _pow2(max(len(pieces[b][k]) for b in group))), _pow2(chunk))
-      starts = [rows[b].pos + k * chunk for b in group]
-      st = self._fit_cache(st, max(starts) + T, run)
-      R = min(_pow2(len(group)), len(rows))
-      idx = group + [group[0]] * (R - len(group))
-      toks = np.zeros((R, T), np.int32)
-      for i, b in enumerate(idx):
-        piece = pieces[b][k]
-        toks[i, :len(piece)] = piece
-      start = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
-      st = S.prefill_rows(self.model_cfg, st, params, jnp.asarray(idx, jnp.int32),
-                          jnp.asarray(toks), jnp.asarray(start), dtype=self.dtype,
-                          sharder=self.sharder)
-    tok = [rows[b].pending[-1] for b in todo]
+      # Rows are grouped by the bucket of their own piece's length, one call per bucket: a
+      # 100-token observation is not padded to the 512 of another row's (rows never interact).
+      by_T: dict[int, list[int]] = {}
+      for b in todo:
+        if len(pieces[b]) > k:
+          by_T.setdefault(bucket(len(pieces[b][k])), []).append(b)
+      for T, group in sorted(by_T.items()):
+        starts = [rows[b].pos + k * chunk for b in group]
+        st = self._fit_cache(st, max(starts) + T, run)
+        for idx in _row_parts(group, len(rows)):
+          st = self._prefill_call(params, st, rows, pieces, k, chunk, T, idx, group, run)
+    tok = {b: rows[b].pending[-1] for b in todo}
     for b in todo:
       rows[b].pos += len(rows[b].pending) - 1
       rows[b].pending = []
       rows[b].segment = bytearray()
-    R = len(todo)
-    st = S.set_rows(st, jnp.asarray(todo, jnp.int32), jnp.asarray(tok, jnp.int32),
-                    jnp.asarray([rows[b].pos for b in todo], jnp.int32), jnp.ones((R,), bool))
+    # Row lists padded to all B slots (repeating the first row with its own values), so that
+    # set_rows / set_windows compile once, not once per count of rows.
+    idx = todo + [todo[0]] * (len(rows) - len(todo))
+    st = S.set_rows(st, _put(idx, np.int32), _put([tok[b] for b in idx], np.int32),
+                    _put([rows[b].pos for b in idx], np.int32), _put(np.ones((len(idx),), bool)))
     resumed = [b for b in todo if rows[b].resume_segment is not None]
     if resumed:   # rows preempted mid-generation: restore their segment and stop window
       M = st.window_BM.shape[1]
-      win = np.full((len(resumed), M), PAD, np.int16)
-      for i, b in enumerate(resumed):
+      win = {}
+      for b in resumed:
         seg = rows[b].resume_segment
         rows[b].segment = bytearray(seg)
         rows[b].resume_segment = None
         tail = np.frombuffer(seg[-M:], np.uint8) if M else np.zeros(0, np.uint8)
-        win[i, M - len(tail):] = tail
-      st = S.set_windows(st, jnp.asarray(resumed, jnp.int32), jnp.asarray(win))
+        win[b] = np.full((M,), PAD, np.int16)
+        win[b][M - len(tail):] = tail
+      idx = resumed + [resumed[0]] * (len(rows) - len(resumed))
+      st = S.set_windows(st, _put(idx, np.int32), _put(np.stack([win[b] for b in idx])))
+    return st
+
+  def _prefill_call(self, params, st, rows, pieces, k, chunk, T, idx, group, run):
+    """One prefill_rows call: piece k of the rows in idx (a power of two of them, the first
+    repeated as padding), padded to T tokens."""
+    toks = np.zeros((len(idx), T), np.int32)
+    for i, b in enumerate(idx):
+      piece = pieces[b][k]
+      toks[i, :len(piece)] = piece
+    start = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
+    st = S.prefill_rows(self.model_cfg, st, params, _put(idx, np.int32), _put(toks),
+                        _put(start), dtype=self.dtype, sharder=self.sharder)
+    run.stats["prefill_calls"] += 1
+    run.stats["prefill_tokens"] += sum(len(pieces[b][k]) for b in set(idx))
+    run.stats["prefill_computed"] += len(idx) * T
     return st
 
   def _absorb(self, rows, res: S.DecodeOut, run: "_Run", out) -> list[int]:
@@ -384,12 +443,15 @@ class RolloutEngine:
 
   def _search(self, rows, searching: list[int], run: "_Run", out, stats) -> None:
     c = self.cfg
+    tq = time.perf_counter()
     queries = [pf.extract_query(rows[b].open_prefix + self.tok.decode(rows[b].response),
                                 c.search_open, c.search_close) for b in searching]
     ts = time.perf_counter()
+    stats["splice_s"] += ts - tq
     results = self._run_searches(queries)
     stats["search_s"] += time.perf_counter() - ts
     stats["searches"] += len(searching)
+    ts = time.perf_counter()
     for b, res in zip(searching, results):
       r = rows[b]
       r.queries.append(res.query)
@@ -404,6 +466,7 @@ class RolloutEngine:
       r.logprobs += [0.0] * len(res.obs_ids)
       r.budget -= len(res.obs_ids)
       stats["obs_tokens"] += len(res.obs_ids)
+    stats["splice_s"] += time.perf_counter() - ts
 
   def _run_searches(self, queries: list[Optional[str]]) -> list[SearchResult]:
     """One batched retriever call; on several processes process 0 makes it and broadcasts the
@@ -425,6 +488,18 @@ class RolloutEngine:
         queries=r.queries, docs=r.docs, num_searches=len(r.queries),
         num_failed_searches=r.failed, stop_reason=reason, meta=r.meta)
     rows[b] = None
+
+
+def _summary(stats) -> dict:
+  """engine.stats: the counters plus derived figures (docs/rollout.md, "engine.stats")."""
+  out = dict(stats)
+  timed = sum(out.get(k, 0.0) for k in ("plan_s", "prefill_s", "decode_s", "transfer_s",
+                                         "absorb_s", "search_s", "splice_s"))
+  out["other_s"] = max(out["wall_s"] - timed, 0.0)
+  if out.get("decode_steps"):
+    out["decode_ms_per_step"] = 1000.0 * out["decode_s"] / out["decode_steps"]
+    out["occupancy"] = out.get("policy_tokens", 0) / out["slot_steps"]
+  return out
 
 
 @dataclasses.dataclass

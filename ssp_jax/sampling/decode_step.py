@@ -3,10 +3,10 @@
 Differences from the generic chunk forward, all about memory traffic at T = 1:
   * Layers are unrolled over per-layer weight buffers (`decode_params`), so no weight is sliced
     out of a stacked array (and copied) on every step.
-  * The cache is read-only inside the layers: each layer attends over its cached slots before
-    the query plus the query's own k/v (a two-part softmax), and the new K/V of all layers go in
-    with one scatter at (row, position) after the scan, in place on the while-loop carry. No
-    layer's cache is copied into a new stacked scan output on every step.
+  * Each layer writes its new K/V at (row, position) in place into the carried cache, then
+    attends over slots <= position. (The earlier read-only variant, "einsum_readonly", attends
+    over the slots before the query plus its own k/v and scatters all layers' K/V at the end;
+    XLA then copies the whole cache every step, see decode_forward.)
   * Attention over the cache is two batched GEMMs (`einsum`, the default; on an H200 it is 1.7x
     faster end to end than a multiply-reduce over the cache layout, see bench/RESULTS.md).
 Equality with `forward_with_cache` is tested (tests/test_sampling_parity.py, HF greedy parity).
@@ -29,7 +29,8 @@ from ssp_jax.sampling import paged as PG
 
 def _decode_attention(q_BKGH, k_BSKH, v_BSKH, mask_BS, k_BKH, v_BKH, einsum: bool = False):
   """Single-query GQA attention, fp32 softmax, over the cached slots in mask_BS (strictly before
-  the query) plus the query token's own k/v (not yet in the cache). Returns [B, K, G, H]."""
+  the query) plus the query token's own k/v (not yet in the cache). Returns [B, K, G, H].
+  Used by "einsum_readonly" (the cache stays read-only inside the layers)."""
   H = q_BKGH.shape[-1]
   qf = q_BKGH.astype(jnp.float32) / math.sqrt(H)
   if einsum:  # dot_general (batched GEMMs) instead of multiply-reduce
@@ -52,6 +53,27 @@ def _decode_attention(q_BKGH, k_BSKH, v_BSKH, mask_BS, k_BKH, v_BKH, einsum: boo
   return (out / denom_BKG[..., None]).astype(q_BKGH.dtype)
 
 
+def _cached_attention(q_BKGH, k_BSKH, v_BSKH, mask_BS, einsum: bool):
+  """Single-query GQA attention, fp32 softmax, over the cached slots in mask_BS (the query's own
+  slot included: its k/v were written first). Returns [B, K, G, H]."""
+  H = q_BKGH.shape[-1]
+  if einsum:  # dot_general (batched GEMMs) instead of multiply-reduce
+    s_BSKG = jnp.einsum("BKGH,BSKH->BSKG", (q_BKGH / math.sqrt(H)).astype(k_BSKH.dtype), k_BSKH,
+                        preferred_element_type=jnp.float32)
+  else:
+    qf = q_BKGH.astype(jnp.float32) / math.sqrt(H)
+    s_BSKG = jnp.sum(qf[:, None] * k_BSKH[:, :, :, None, :], axis=-1, dtype=jnp.float32)
+  s_BSKG = jnp.where(mask_BS[:, :, None, None], s_BSKG, -jnp.inf)
+  p_BSKG = jnp.exp(s_BSKG - jnp.max(s_BSKG, axis=1, keepdims=True))
+  denom_BKG = jnp.sum(p_BSKG, axis=1)
+  if einsum:
+    out = jnp.einsum("BSKG,BSKH->BKGH", p_BSKG.astype(v_BSKH.dtype), v_BSKH,
+                     preferred_element_type=jnp.float32)
+  else:
+    out = jnp.sum(p_BSKG[..., None] * v_BSKH[:, :, :, None, :].astype(jnp.float32), axis=1)
+  return (out / denom_BKG[..., None]).astype(q_BKGH.dtype)
+
+
 def decode_params(cfg: ModelConfig, params, dtype) -> dict:
   """Params laid out for decoding, built once per rollout call: weights cast to `dtype`, the
   stacked layers split into a list of per-layer dicts, and the [D, V] output projection
@@ -65,7 +87,7 @@ def decode_params(cfg: ModelConfig, params, dtype) -> dict:
           "lm_head": cast(D.lm_head_weight(cfg, params)), "layers": layers}
 
 
-ATTN_IMPLS = ("reduce", "einsum", "cudnn", "xla")
+ATTN_IMPLS = ("reduce", "einsum", "einsum_readonly", "cudnn", "xla")
 
 
 def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax.Array,
@@ -74,8 +96,14 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   """Feeds tok_B at pos_B; returns (float32 logits [B, V], cache with slot pos_B written).
   `dparams` comes from `decode_params`.
 
-  attn_impl: "einsum" (default; batched GEMMs) or "reduce" (multiply-reduce) attend with the
-    read-only cache + two-part softmax above and write all layers' K/V after the layers; "cudnn" / "xla" write each layer's K/V first and
+  attn_impl: "einsum" (default; batched GEMMs) or "reduce" (multiply-reduce): each layer writes
+    its new K/V in place into the carried cache, then attends over slots <= pos_B;
+    "einsum_readonly": the cache is read-only inside the layers (two-part softmax over the cached
+    slots plus the query's own k/v) and all layers' K/V go in with one scatter at the end. XLA
+    then copies the whole cache on every step (nothing orders the last layer's read before the
+    scatter) and may hold every layer's transposed cache at once: about 1.5x the cache in
+    temporaries (the 7B, 256-row, 1,665-slot step needed 33.5 GiB; bench/decode_memory.py).
+    Kept to compare on GPUs. "cudnn" / "xla" write each layer's K/V first and
     call `jax.nn.dot_product_attention` with `key_value_seq_lengths = pos + 1` ("cudnn": the
     cuDNN flash kernel on NVIDIA GPUs, reading the cache in its stored layout)."""
   if "table" in cache:
@@ -91,6 +119,7 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   inv_freq = L_.rope_inv_freq(H, cfg.rope_theta, cfg.rope_scaling)
   cos, sin = L_.rope_cos_sin(positions_B1, inv_freq, dtype)
   mask_BS = jnp.arange(S, dtype=jnp.int32)[None, :] < positions_B1   # strictly earlier slots
+  upto_BS = jnp.arange(S, dtype=jnp.int32)[None, :] <= positions_B1  # the query's slot too
 
   x_B1D = D._embed(cfg, dparams, tok_B[:, None], dtype, sharder)
   rows_B = jnp.arange(B)
@@ -99,19 +128,24 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   for l, lp in enumerate(dparams["layers"]):             # unrolled: static, whole weights
     q, k, v = D._qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
     k_BKH, v_BKH = k[:, 0].astype(k_all.dtype), v[:, 0].astype(v_all.dtype)
-    if attn_impl in ("reduce", "einsum"):
+    if attn_impl == "einsum_readonly":
       attn_B1NH = _decode_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], mask_BS,
-                                    k_BKH, v_BKH, attn_impl == "einsum").reshape(B, 1, N, H)
+                                    k_BKH, v_BKH, True).reshape(B, 1, N, H)
       new_k.append(k_BKH)
       new_v.append(v_BKH)
+      x_B1D = D._attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
+      continue
+    k_all = k_all.at[l, rows_B, pos_B].set(k_BKH)      # in place on the loop carry
+    v_all = v_all.at[l, rows_B, pos_B].set(v_BKH)
+    if attn_impl in ("reduce", "einsum"):
+      attn_B1NH = _cached_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], upto_BS,
+                                    attn_impl == "einsum").reshape(B, 1, N, H)
     else:
-      k_all = k_all.at[l, rows_B, pos_B].set(k_BKH)
-      v_all = v_all.at[l, rows_B, pos_B].set(v_BKH)
       attn_B1NH = jax.nn.dot_product_attention(
           q, k_all[l].astype(q.dtype), v_all[l].astype(q.dtype),
           key_value_seq_lengths=pos_B.astype(jnp.int32) + 1, implementation=attn_impl)
     x_B1D = D._attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
-  if attn_impl in ("reduce", "einsum"):  # one in-place scatter of the new K/V of all layers
+  if attn_impl == "einsum_readonly":   # one scatter of the new K/V of all layers
     k_all = k_all.at[:, rows_B, pos_B].set(jnp.stack(new_k))
     v_all = v_all.at[:, rows_B, pos_B].set(jnp.stack(new_v))
   new = {"k": constrain(k_all, CACHE_LOGICAL, sharder),

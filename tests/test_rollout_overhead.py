@@ -1,0 +1,93 @@
+"""Where multi-turn rollout time goes, and what must not come back: the engine's time breakdown
+(engine.stats), no recompilation in a second identical rollout, the write-first decode
+attention equal to the read-only one in whole rollouts, and the decode step's compiled scratch
+memory (the 7B multi-turn step once needed 33.5 GiB of it; bench/decode_memory.py)."""
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models.config import ModelConfig
+from ssp_jax.rollout import compiles
+from ssp_jax.testing.small_retriever import SmallBM25Retriever
+
+from test_rollout_loop import PROMPTS, _engine, model, tags  # noqa: F401 (fixtures)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "bench"))
+from decode_memory import decode_memory  # noqa: E402
+
+
+def _rollout(model, tags, **kw):
+  cfg, params, tok = model
+  open_, close = tags
+  eng = _engine(model, SmallBM25Retriever(), search_open=open_, search_close=close,
+                max_searches=3, **kw)
+  trajs = eng.generate(params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=100,
+                       stop=[close])
+  return eng, trajs
+
+
+def test_compile_counter_counts_a_new_shape():
+  compiles.install()
+  before = compiles.snapshot()
+  jax.jit(lambda x: x * 3 + 1)(jnp.zeros((7, 13)))
+  n, secs, by_fn = compiles.since(before)
+  assert n >= 1 and secs > 0 and by_fn
+
+
+def test_second_identical_rollout_compiles_nothing_and_stats_add_up(model, tags):
+  eng, first = _rollout(model, tags)
+  eng2, second = _rollout(model, tags)
+  st = eng2.stats
+  assert sum(t.num_searches for t in second) >= 1 and st["searches"] >= 1
+  assert st["compiles"] == 0, eng2.compiled_functions
+  for a, b in zip(first, second):
+    assert a.response_ids == b.response_ids and a.logprobs == b.logprobs
+  # the breakdown: every part timed, the parts within the wall time
+  parts = ("plan_s", "prefill_s", "decode_s", "transfer_s", "absorb_s", "search_s", "splice_s")
+  assert all(st[k] >= 0 for k in parts)
+  assert sum(st[k] for k in parts) + st["other_s"] <= st["wall_s"] * 1.001 + 1e-6
+  assert st["policy_tokens"] == sum(sum(t.loss_mask) for t in second)
+  assert 0 < st["decode_steps"] <= st["decode_calls"] * int(eng2.cfg.steps_per_call)
+  assert st["slot_steps"] == st["decode_steps"] * int(eng2.cfg.batch_size)
+  assert st["occupancy"] == st["policy_tokens"] / st["slot_steps"] and 0 < st["occupancy"] <= 1
+  assert st["decode_ms_per_step"] > 0
+
+
+def test_write_first_attention_equals_read_only_in_rollouts(model, tags):
+  _, new = _rollout(model, tags, decode_attention="einsum")
+  _, old = _rollout(model, tags, decode_attention="einsum_readonly")
+  assert sum(t.num_searches for t in new) >= 1
+  for a, b in zip(new, old):
+    assert a.response_ids == b.response_ids and a.stop_reason == b.stop_reason
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
+
+
+def test_decode_step_scratch_is_small_next_to_the_cache():
+  """The read-only step copied the whole carried cache each step (scratch ~1.5x the cache);
+  the write-first step must need a small fraction of it."""
+  cfg = ModelConfig(model_type="qwen2", vocab_size=256, hidden_size=64, intermediate_size=128,
+                    num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16)
+  new = decode_memory(cfg, 16, 1024, jnp.dtype("float32"), "einsum", steps=8)
+  old = decode_memory(cfg, 16, 1024, jnp.dtype("float32"), "einsum_readonly", steps=8)
+  assert old["temp_over_cache"] > 1.0          # the bug this guards against, still visible
+  assert new["temp_over_cache"] < 0.3, new
+  assert new["alias_bytes"] >= new["cache_bytes"]   # the cache is updated in place (donated)
+
+
+def test_prefill_row_groups_are_powers_of_two_with_little_padding():
+  from ssp_jax.rollout.engine import _row_parts
+  for cap in (64, 96, 256):
+    for n in range(1, cap + 1):
+      rows = list(range(100, 100 + n))
+      parts = _row_parts(rows, cap)
+      flat = [b for p in parts for b in p]
+      assert sorted(set(flat)) == rows                          # every row, once...
+      assert len(flat) - n <= max(len(p) for p in parts) // 4   # ...plus at most 25% padding
+      for p in parts:
+        assert len(p) <= cap and (len(p) & (len(p) - 1) == 0 or len(p) == cap)
+        assert all(b == p[0] for b in p[len(set(p)):])          # padding repeats the first row
+  assert [len(p) for p in _row_parts(list(range(37)), 256)] == [32, 4, 1]
