@@ -199,6 +199,10 @@ def _file_lock(path: str):
 # The embedded default indexes single sentences too: MiniLM places a sentence-sized fact far
 # better than a 100-word passage (retrieval/windows.py, docs/retrieval.md).
 DEFAULT_SENTENCE_WINDOWS = 1
+# One encoding pass for passages and windows, and bf16 matmuls (fp32 accumulation): the first run
+# builds in about a minute on 2 CPU cores (docs/retrieval.md, "Build time").
+DEFAULT_WINDOW_ENCODING = "contextual"
+DEFAULT_MATMUL_DTYPE = "bfloat16"
 
 
 def default_index_key(corpus: str, spec) -> str:
@@ -210,7 +214,9 @@ def default_index_key(corpus: str, spec) -> str:
   settings = {k: v for k, v in spec.to_meta().items() if k != "path"}
   return repr((("corpus", _file_digest(corpus)), ("encoder", encoder_digest(spec.path)),
                ("settings", sorted(settings.items())), ("index_type", "flat"),
-               ("sentence_windows", DEFAULT_SENTENCE_WINDOWS), ("format", FORMAT_VERSION)))
+               ("sentence_windows", DEFAULT_SENTENCE_WINDOWS),
+               ("window_encoding", DEFAULT_WINDOW_ENCODING),
+               ("matmul_dtype", DEFAULT_MATMUL_DTYPE), ("format", FORMAT_VERSION)))
 
 
 def default_index_dir() -> str:
@@ -228,5 +234,6 @@ def default_index_dir() -> str:
     if not os.path.exists(os.path.join(out, META_FILE)):  # another process may have built it
       print(f"building the default retrieval index in {out} (first use only)", file=sys.stderr)
       build_dense(corpus, out, spec, index_type="flat",
-                  sentence_windows=DEFAULT_SENTENCE_WINDOWS)
+                  sentence_windows=DEFAULT_SENTENCE_WINDOWS,
+                  window_encoding=DEFAULT_WINDOW_ENCODING, matmul_dtype=DEFAULT_MATMUL_DTYPE)
   return out
