@@ -199,8 +199,9 @@ def _file_lock(path: str):
 # The embedded default indexes single sentences too: MiniLM places a sentence-sized fact far
 # better than a 100-word passage (retrieval/windows.py, docs/retrieval.md).
 DEFAULT_SENTENCE_WINDOWS = 1
-# One encoding pass for passages and windows, and bf16 matmuls (fp32 accumulation): the first run
-# builds in about a minute on 2 CPU cores (docs/retrieval.md, "Build time").
+# One encoding pass for passages and windows, and bf16 matmuls (fp32 accumulation): the first
+# run's build is ~4x cheaper than with separately encoded windows (docs/retrieval.md, "Build
+# time"), at a measured cost in sharpness (ibid., "Quality on the embedded corpus").
 DEFAULT_WINDOW_ENCODING = "contextual"
 DEFAULT_MATMUL_DTYPE = "bfloat16"
 
@@ -220,9 +221,9 @@ def default_index_key(corpus: str, spec) -> str:
 
 
 def default_index_dir() -> str:
-  """The MiniLM dense Flat index over the embedded corpus, with 1-sentence windows: built on
-  first use (a few minutes on a 2-core CPU) into `$SSP_JAX_CACHE` (default ~/.cache/ssp-jax),
-  loaded afterwards."""
+  """The MiniLM dense Flat index over the embedded corpus, with 1-sentence windows pooled from
+  one passage pass and bf16 matmuls: built on first use into `$SSP_JAX_CACHE` (default
+  ~/.cache/ssp-jax), loaded afterwards."""
   from retrieval.encoders import detect_spec
   corpus, spec = default_corpus_path(), detect_spec()
   key = hashlib.sha1(default_index_key(corpus, spec).encode())

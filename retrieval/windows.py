@@ -1,22 +1,26 @@
 """Sentence windows: sub-passage vectors that sharpen a dense index built with a small encoder.
 
 With `--sentence-windows N` an index also holds one vector per window of N consecutive
-sentences of every passage (each window keeps the passage's title line), and a passage scores
+sentences of every passage, and a passage scores
 
     score(q, p) = w * cos(q, p) + (1 - w) * max over p's windows of cos(q, window)
 
-with w = `passage_weight` (0.5). On the embedded corpus with MiniLM this lifts the share of the
-141 evaluation questions whose supporting passage comes first from 0.48 to 0.60, and their top-3
-recall from 0.75 to 0.83 (docs/retrieval.md): a 384-d encoder trained on sentences places a
-sentence-sized fact better than a 100-word passage that mixes several. The paper's setting (E5
-passage vectors over wiki-18) is N = 0: no windows, the score is the passage cosine.
+with w = `passage_weight(encoding)`. A window's vector comes from one of two encodings:
+  contextual (the default): the mean of its sentences' token states in the passage's own
+    encoding pass (`contextual_windows`, `pool_spans`): one pass for passages and windows; w 0.3
+  separate: its own text (the title line, then the sentences) encoded on its own; w 0.5
+On the embedded corpus with MiniLM, windows lift the share of the 141 evaluation questions whose
+supporting passage comes first from 0.48 to 0.55 (contextual) or 0.62 (separate), and their
+top-3 recall from 0.75 to 0.84 / 0.83 (docs/retrieval.md): a 384-d encoder trained on sentences
+places a sentence-sized fact better than a 100-word passage that mixes several. The paper's
+setting (E5 passage vectors over wiki-18) is N = 0: no windows, the score is the passage cosine.
 
 Search is exact over a candidate set: the top candidates of the passage index and the parents of
 the top windows of the window index, each rescored with its stored passage vector and all of its
 window vectors.
 
 Layout inside an index directory (beside emb/ and index.faiss):
-  win/state.json                 {"sentences": N}; a different N clears win/ and starts over
+  win/state.json                 {"sentences": N, "encoding": ...}; a different one clears win/
   win/shard_00000.npy            float32 [windows of passage shard k, D], written per shard
   win/offsets_00000.npy          int64 [rows of shard k + 1]: window rows of each passage, local
   windows.faiss                  the faiss index over all windows (same type as index.faiss)
