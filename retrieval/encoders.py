@@ -231,6 +231,8 @@ class DenseEncoder:
     search time, `jax.devices()` for index builds, as the callers choose).
   attn_impl: "xla" (exact einsum attention, the default), "cudnn" (fused, GPU half precision
     only; `pick_attn_impl` says where it can run) or "auto" (JAX chooses).
+  matmul_dtype: None (matmuls in `dtype`) or e.g. jnp.bfloat16: matmul operands in that type,
+    accumulated in `dtype` (`bert.hidden_states`; the default index's build uses bf16).
   """
 
   def __init__(self, spec: EncoderSpec, *, batch_size: int = 256, dtype=jnp.float32,
