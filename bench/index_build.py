@@ -1,15 +1,18 @@
 """First-run benchmark: build the default index (MiniLM dense Flat + 1-sentence windows over the
-embedded corpus) from scratch into a temporary directory and print one JSON line.
+embedded corpus, contextual window encoding, bf16 matmuls) from scratch into a temporary
+directory and print one JSON line.
 
   python bench/index_build.py                    # the whole default index (what a first run builds)
   python bench/index_build.py --passages 300     # a quick subset
+  python bench/index_build.py --window-encoding separate --matmul-dtype float32   # the old layout
 
 Keys: build_s (wall seconds of `build_dense`), cpu_s (CPU seconds of this process over the
 build: on a shared machine wall time depends on the other load, CPU time much less),
-passages, windows, texts_encoded (after identical texts are merged), real_tokens,
-padded_tokens (what the planned shapes encode), shapes (distinct [B, T] compiled),
-passages_per_s, texts_per_s, cores (os.cpu_count), load_before / load_after (1-min load
-average), platform. Run on an otherwise idle machine for a clean wall time.
+compile_s (seconds XLA spent compiling, part of build_s), passages, windows, texts_encoded
+(token sequences run through the encoder), real_tokens, padded_tokens (what the planned shapes
+encode), shapes (distinct [B, T] compiled), passages_per_s, cores (os.cpu_count), load_before /
+load_after (1-min load average), platform, dtype, matmul_dtype, window_encoding. Run on an
+otherwise idle machine for a clean wall time.
 """
 from __future__ import annotations
 
@@ -29,6 +32,10 @@ def main(argv=None) -> int:
   ap.add_argument("--sentence-windows", type=int, default=None,
                   help="default: the default index's setting (1)")
   ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+  ap.add_argument("--matmul-dtype", default=None, choices=("float32", "bfloat16"),
+                  help="default: the default index's setting (bfloat16)")
+  ap.add_argument("--window-encoding", default=None, choices=("contextual", "separate"),
+                  help="default: the default index's setting (contextual)")
   args = ap.parse_args(argv)
 
   from ssp_jax.quiet import quiet_libraries
@@ -39,9 +46,16 @@ def main(argv=None) -> int:
   from retrieval import windows
   from retrieval.corpus import default_corpus_path, iter_corpus
   from retrieval.encoders import detect_spec, plan_batches, plan_lengths
-  from retrieval.search import DEFAULT_SENTENCE_WINDOWS
+  from retrieval.search import (DEFAULT_MATMUL_DTYPE, DEFAULT_SENTENCE_WINDOWS,
+                                DEFAULT_WINDOW_ENCODING)
 
   n_win = DEFAULT_SENTENCE_WINDOWS if args.sentence_windows is None else args.sentence_windows
+  mm_dtype = args.matmul_dtype or DEFAULT_MATMUL_DTYPE
+  win_enc = args.window_encoding or DEFAULT_WINDOW_ENCODING
+  compile_s = [0.0]
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, secs, **_: compile_s.__setitem__(0, compile_s[0] + secs)
+      if event == "/jax/core/compile/backend_compile_duration" else None)
   spec = detect_spec()
   with tempfile.TemporaryDirectory() as tmp:
     corpus = default_corpus_path()
@@ -55,7 +69,8 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()[0]
     w0, c0 = time.perf_counter(), time.process_time()
     meta = index_lib.build_dense(corpus, os.path.join(tmp, "idx"), spec, index_type="flat",
-                                 sentence_windows=n_win, dtype=args.dtype, progress=False)
+                                 sentence_windows=n_win, window_encoding=win_enc,
+                                 dtype=args.dtype, matmul_dtype=mm_dtype, progress=False)
     build_s, cpu_s = time.perf_counter() - w0, time.process_time() - c0
     load_after = os.getloadavg()[0]
 
@@ -63,8 +78,14 @@ def main(argv=None) -> int:
   from retrieval.encoders import load_tokenizer
   tok = load_tokenizer(spec.path, spec.max_length)
   texts = [r["contents"] for r in recs]
-  if n_win:
+  if n_win and win_enc == "separate":
     texts += [w for r in recs for w in windows.passage_windows(r["contents"], n_win)]
+  elif n_win:     # windows cut by truncation are encoded on their own
+    for r, e in zip(recs, tok.encode_batch(texts)):
+      offs = np.asarray(e.offsets)
+      starts = np.where(np.asarray(e.special_tokens_mask) == 0, offs[:, 0], -1)
+      _, plan = windows.contextual_windows(r["contents"], n_win, starts, int(offs[:, 1].max()))
+      texts += [x for x in plan if isinstance(x, str)]
   ids = list(dict.fromkeys(tuple(e.ids) for e in tok.encode_batch(texts)))
   lengths = [len(x) for x in ids]
   plan = plan_batches(lengths, plan_lengths(lengths, spec.max_length), 1)
@@ -72,14 +93,14 @@ def main(argv=None) -> int:
       "bench": "index_build", "build_s": round(build_s, 1), "cpu_s": round(cpu_s, 1),
       "passages": meta["num_passages"],
       "windows": meta.get("windows", {}).get("num_windows", 0),
+      "compile_s": round(compile_s[0], 1),
       "texts_encoded": len(ids), "real_tokens": int(np.sum(lengths)),
       "padded_tokens": int(sum(B * T for _, B, T in plan)),
       "shapes": len({(B, T) for _, B, T in plan}),
       "passages_per_s": round(meta["num_passages"] / build_s, 1),
-      "texts_per_s": round(len(ids) / build_s, 1),
       "cores": os.cpu_count(), "load_before": round(load_before, 1),
       "load_after": round(load_after, 1), "platform": jax.devices()[0].platform,
-      "dtype": args.dtype,
+      "dtype": args.dtype, "matmul_dtype": mm_dtype, "window_encoding": win_enc,
   }
   print(json.dumps(out))
   return 0

@@ -17,6 +17,7 @@ Params layout (layers stacked on a leading L axis and run with `lax.scan`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import math
@@ -147,7 +148,17 @@ def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array, eps: float) -> j
   return (y * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(x.dtype)
 
 
-def _attention(cfg: BertConfig, q_BTNH, k_BSNH, v_BSNH, keymask_BS, attn_impl: str):
+def _einsum(eq: str, a: jax.Array, b: jax.Array, matmul_dtype) -> jax.Array:
+  """einsum in a's dtype; with matmul_dtype (e.g. bf16 under fp32 activations) the operands
+  are cast to it and the products accumulated and returned in a's dtype."""
+  if matmul_dtype is None or jnp.dtype(matmul_dtype) == a.dtype:
+    return jnp.einsum(eq, a, b.astype(a.dtype))
+  return jnp.einsum(eq, a.astype(matmul_dtype), b.astype(matmul_dtype),
+                    preferred_element_type=a.dtype)
+
+
+def _attention(cfg: BertConfig, q_BTNH, k_BSNH, v_BSNH, keymask_BS, attn_impl: str,
+               matmul_dtype=None):
   """Bidirectional attention over the unmasked keys. "xla": einsum with fp32 softmax (any
   mask); "cudnn"/"auto": `jax.nn.dot_product_attention` with per-row key lengths (needs
   right-padded, prefix masks; cuDNN flash attention on GPU in bf16)."""
@@ -155,36 +166,43 @@ def _attention(cfg: BertConfig, q_BTNH, k_BSNH, v_BSNH, keymask_BS, attn_impl: s
     lengths_B = jnp.sum(keymask_BS, axis=1, dtype=jnp.int32)
     return jax.nn.dot_product_attention(q_BTNH, k_BSNH, v_BSNH, key_value_seq_lengths=lengths_B,
                                         implementation=None if attn_impl == "auto" else attn_impl)
-  logits_BNTS = jnp.einsum("BTNH,BSNH->BNTS", q_BTNH, k_BSNH,
+  mdt = q_BTNH.dtype if matmul_dtype is None else matmul_dtype
+  logits_BNTS = jnp.einsum("BTNH,BSNH->BNTS", q_BTNH.astype(mdt), k_BSNH.astype(mdt),
                            preferred_element_type=jnp.float32) / math.sqrt(cfg.head_dim)
   logits_BNTS = jnp.where(keymask_BS[:, None, None, :], logits_BNTS, jnp.finfo(jnp.float32).min)
   probs_BNTS = jax.nn.softmax(logits_BNTS, axis=-1).astype(v_BSNH.dtype)
-  return jnp.einsum("BNTS,BSNH->BTNH", probs_BNTS, v_BSNH)
+  return _einsum("BNTS,BSNH->BTNH", probs_BNTS, v_BSNH, matmul_dtype)
 
 
-def _block(cfg: BertConfig, lp: Params, x_BTD, keymask_BS, sharder, attn_impl: str):
+def _block(cfg: BertConfig, lp: Params, x_BTD, keymask_BS, sharder, attn_impl: str,
+           matmul_dtype=None):
   dt = x_BTD.dtype
-  q = jnp.einsum("BTD,DNH->BTNH", x_BTD, lp["wq"].astype(dt)) + lp["bq"].astype(dt)
-  k = jnp.einsum("BSD,DNH->BSNH", x_BTD, lp["wk"].astype(dt)) + lp["bk"].astype(dt)
-  v = jnp.einsum("BSD,DNH->BSNH", x_BTD, lp["wv"].astype(dt)) + lp["bv"].astype(dt)
-  attn_BTNH = _attention(cfg, q, k, v, keymask_BS, attn_impl)
-  attn_BTD = jnp.einsum("BTNH,NHD->BTD", attn_BTNH, lp["wo"].astype(dt)) + lp["bo"].astype(dt)
+  mm = functools.partial(_einsum, matmul_dtype=matmul_dtype)
+  q = mm("BTD,DNH->BTNH", x_BTD, lp["wq"]) + lp["bq"].astype(dt)
+  k = mm("BSD,DNH->BSNH", x_BTD, lp["wk"]) + lp["bk"].astype(dt)
+  v = mm("BSD,DNH->BSNH", x_BTD, lp["wv"]) + lp["bv"].astype(dt)
+  attn_BTNH = _attention(cfg, q, k, v, keymask_BS, attn_impl, matmul_dtype)
+  attn_BTD = mm("BTNH,NHD->BTD", attn_BTNH, lp["wo"]) + lp["bo"].astype(dt)
   x_BTD = layer_norm(x_BTD + attn_BTD, lp["attn_norm_scale"], lp["attn_norm_bias"],
                      cfg.layer_norm_eps)
   x_BTD = constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
-  h_BTF = jnp.einsum("BTD,DF->BTF", x_BTD, lp["w_in"].astype(dt)) + lp["b_in"].astype(dt)
+  h_BTF = mm("BTD,DF->BTF", x_BTD, lp["w_in"]) + lp["b_in"].astype(dt)
   h_BTF = jax.nn.gelu(h_BTF, approximate=_GELU[cfg.hidden_act])
   h_BTF = constrain(h_BTF, ("act_batch", "act_len", "act_mlp"), sharder)
-  out_BTD = jnp.einsum("BTF,FD->BTD", h_BTF, lp["w_out"].astype(dt)) + lp["b_out"].astype(dt)
+  out_BTD = mm("BTF,FD->BTD", h_BTF, lp["w_out"]) + lp["b_out"].astype(dt)
   x_BTD = layer_norm(x_BTD + out_BTD, lp["mlp_norm_scale"], lp["mlp_norm_bias"], cfg.layer_norm_eps)
   return constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
 
 
 def hidden_states(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT: jax.Array,
                   token_types_BT: Optional[jax.Array] = None, *, dtype=jnp.float32,
-                  attn_impl: str = "xla", sharder: Optional[Sharder] = None) -> jax.Array:
+                  attn_impl: str = "xla", sharder: Optional[Sharder] = None,
+                  matmul_dtype=None) -> jax.Array:
   """Last hidden states [B, T, D]. mask_BT: 1 on real tokens, 0 on padding (right-padded).
-  attn_impl: "xla" (default, exact), "cudnn" or "auto" (see `_attention`)."""
+  attn_impl: "xla" (default, exact), "cudnn" or "auto" (see `_attention`).
+  matmul_dtype: None (matmuls in `dtype`) or a narrower type the matmul operands are cast to,
+    accumulating in `dtype` (bf16 operands with fp32 activations: ~2x faster matmuls on a CPU
+    with AVX-512 BF16; norms, softmax and the residual stream stay in `dtype`)."""
   B, T = tokens_BT.shape
   if token_types_BT is None:
     token_types_BT = jnp.zeros((B, T), jnp.int32)
@@ -197,7 +215,7 @@ def hidden_states(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT
   keymask_BS = mask_BT.astype(bool)
 
   def body(x, lp):
-    return _block(cfg, lp, x, keymask_BS, sharder, attn_impl), None
+    return _block(cfg, lp, x, keymask_BS, sharder, attn_impl, matmul_dtype), None
 
   x_BTD, _ = jax.lax.scan(body, x_BTD, params["layers"])
   return x_BTD
@@ -217,10 +235,15 @@ def l2_normalize(x_BD: jax.Array, eps: float = 1e-12) -> jax.Array:
 
 def embed(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT: jax.Array, *,
           pooling: str = "mean", normalize: bool = True, dtype=jnp.float32,
-          attn_impl: str = "xla", sharder: Optional[Sharder] = None) -> jax.Array:
+          attn_impl: str = "xla", sharder: Optional[Sharder] = None,
+          matmul_dtype=None) -> jax.Array:
   """Sentence embeddings [B, D] (fp32): mean (or cls) pooling, then optional L2 norm."""
   h_BTD = hidden_states(cfg, params, tokens_BT, mask_BT, dtype=dtype, attn_impl=attn_impl,
-                        sharder=sharder)
+                        sharder=sharder, matmul_dtype=matmul_dtype)
+  return _pool(h_BTD, mask_BT, pooling, normalize)
+
+
+def _pool(h_BTD: jax.Array, mask_BT: jax.Array, pooling: str, normalize: bool) -> jax.Array:
   if pooling == "mean":
     e_BD = mean_pool(h_BTD, mask_BT)
   elif pooling == "cls":
@@ -228,6 +251,26 @@ def embed(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT: jax.Ar
   else:
     raise ValueError(f"pooling {pooling!r} is not supported; use 'mean' or 'cls'")
   return l2_normalize(e_BD) if normalize else e_BD
+
+
+def segment_sums(h_BTD: jax.Array, seg_BT: jax.Array, num_segments: int
+                 ) -> tuple[jax.Array, jax.Array]:
+  """Per-segment sums of the hidden states, fp32 [B, S, D], and token counts [B, S]: token t of
+  row b adds to segment seg_BT[b, t] (-1 or >= num_segments: to none)."""
+  onehot_BTS = jax.nn.one_hot(seg_BT, num_segments, dtype=jnp.float32)
+  sums_BSD = jnp.einsum("BTS,BTD->BSD", onehot_BTS, h_BTD.astype(jnp.float32))
+  return sums_BSD, jnp.sum(onehot_BTS, axis=1)
+
+
+def embed_with_segments(cfg: BertConfig, params: Params, tokens_BT: jax.Array, mask_BT: jax.Array,
+                        seg_BT: jax.Array, *, num_segments: int, pooling: str = "mean",
+                        normalize: bool = True, dtype=jnp.float32, attn_impl: str = "xla",
+                        sharder: Optional[Sharder] = None, matmul_dtype=None):
+  """`embed` of each row [B, D], plus `segment_sums` of the same forward's last hidden states
+  ([B, S, D], [B, S]): sub-spans of a text pooled in its context, from one encoding pass."""
+  h_BTD = hidden_states(cfg, params, tokens_BT, mask_BT, dtype=dtype, attn_impl=attn_impl,
+                        sharder=sharder, matmul_dtype=matmul_dtype)
+  return (_pool(h_BTD, mask_BT, pooling, normalize), *segment_sums(h_BTD, seg_BT, num_segments))
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,6 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   b.add_argument("--shard-size", type=int, default=16384, help="passages per embedding shard")
   b.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                  help="encoder compute dtype (bfloat16 is faster on GPU/TPU)")
+  b.add_argument("--matmul-dtype", choices=("float32", "bfloat16"), default=None,
+                 help="matmul operand dtype, accumulating in --dtype (default: --dtype). "
+                      "bfloat16 with float32: ~1.7x faster on a CPU with AVX-512 BF16, vectors "
+                      "within cosine 0.9999 of float32's (the default index uses it)")
+  b.add_argument("--window-encoding", choices=("contextual", "separate"), default="contextual",
+                 help="with --sentence-windows: contextual (default) pools each window from its "
+                      "passage's own encoding pass (one pass, ~half the tokens); separate "
+                      "encodes each window as its own text (the earlier layout; sharper on "
+                      "single-sentence queries, twice the encoding time)")
   b.add_argument("--attn-impl", choices=("xla", "cudnn", "auto"), default="xla",
                  help="attention kernel: xla (exact, default); cudnn (fused, GPU + bfloat16)")
   b.add_argument("--sentence-windows", type=int, default=0, metavar="N",
@@ -61,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     meta = index.build_dense(corpus, args.out, spec, index_type=args.index_type,
                              batch_size=args.batch_size, shard_size=args.shard_size,
                              dtype=args.dtype, attn_impl=args.attn_impl,
-                             sentence_windows=args.sentence_windows, progress=not args.quiet)
+                             sentence_windows=args.sentence_windows,
+                             window_encoding=args.window_encoding,
+                             matmul_dtype=args.matmul_dtype, progress=not args.quiet)
   print(json.dumps(meta, indent=2))
   return 0

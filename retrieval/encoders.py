@@ -231,10 +231,13 @@ class DenseEncoder:
     search time, `jax.devices()` for index builds, as the callers choose).
   attn_impl: "xla" (exact einsum attention, the default), "cudnn" (fused, GPU half precision
     only; `pick_attn_impl` says where it can run) or "auto" (JAX chooses).
+  matmul_dtype: None (matmuls in `dtype`) or e.g. jnp.bfloat16: matmul operands in that type,
+    accumulated in `dtype` (`bert.hidden_states`; the default index's build uses bf16).
   """
 
   def __init__(self, spec: EncoderSpec, *, batch_size: int = 256, dtype=jnp.float32,
-               devices: Optional[Sequence[jax.Device]] = None, attn_impl: str = "xla"):
+               devices: Optional[Sequence[jax.Device]] = None, attn_impl: str = "xla",
+               matmul_dtype=None):
     self.spec = spec
     self.cfg, params = bert.load_bert(spec.path, dtype=jnp.float32)
     if spec.max_length > self.cfg.max_position_embeddings:
@@ -248,9 +251,11 @@ class DenseEncoder:
     mesh = Mesh(np.asarray(devices), ("data",))
     self._rows = NamedSharding(mesh, P("data"))
     self.params = jax.device_put(params, NamedSharding(mesh, P()))
-    self._fn = jax.jit(functools.partial(bert.embed, self.cfg, pooling=spec.pooling,
-                                         normalize=spec.normalize, dtype=dtype,
-                                         attn_impl=attn_impl))
+    kw = dict(pooling=spec.pooling, normalize=spec.normalize, dtype=dtype, attn_impl=attn_impl,
+              matmul_dtype=matmul_dtype)
+    self._fn = jax.jit(functools.partial(bert.embed, self.cfg, **kw))
+    self._fn_seg = jax.jit(functools.partial(bert.embed_with_segments, self.cfg, **kw),
+                           static_argnames="num_segments")
 
   @property
   def dim(self) -> int:
@@ -259,6 +264,19 @@ class DenseEncoder:
   def tokenize(self, texts: Sequence[str], kind: str) -> list[list[int]]:
     prefix = self.spec.prefix(kind)
     return [e.ids for e in self.tokenizer.encode_batch([prefix + t for t in texts])]
+
+  def tokenize_with_offsets(self, texts: Sequence[str], kind: str
+                            ) -> list[tuple[list[int], np.ndarray, int]]:
+    """Per text: token ids; each token's start character in the text, -1 for special and
+    prefix tokens ([T] int64); and the end character of the last token kept (truncation)."""
+    prefix = self.spec.prefix(kind)
+    out = []
+    for e in self.tokenizer.encode_batch([prefix + t for t in texts]):
+      offs = np.asarray(e.offsets, np.int64).reshape(-1, 2) - len(prefix)
+      starts = np.where((np.asarray(e.special_tokens_mask) == 0) & (offs[:, 0] >= 0),
+                        offs[:, 0], -1)
+      out.append((e.ids, starts, int(offs[:, 1].max(initial=0))))
+    return out
 
   def encode(self, texts: Sequence[str], kind: str) -> np.ndarray:
     """[len(texts), D] float32 embeddings; kind is "query" or "passage" (selects the prefix)."""
@@ -276,37 +294,66 @@ class DenseEncoder:
       out[rows] = np.asarray(emb)[:len(rows)]
     return out
 
-  def encode_many(self, ids: Sequence[Sequence[int]], progress=None) -> np.ndarray:
+  def _fixed_plan(self, lengths: Sequence[int]) -> list[tuple[np.ndarray, int, int]]:
+    """`encode_ids`'s batches as (rows, B, T): sorted by length, fixed buckets."""
+    order = np.argsort(lengths, kind="stable")
+    plan = []
+    for start in range(0, len(order), self.batch_size):
+      rows = order[start:start + self.batch_size]
+      plan.append((rows, bucket(len(rows), self.n_dev, self.batch_size),
+                   length_bucket(max(lengths[r] for r in rows), self.spec.max_length)))
+    return plan
+
+  def encode_many(self, ids: Sequence[Sequence[int]], progress=None, *,
+                  segments: Optional[Sequence[Optional[np.ndarray]]] = None,
+                  on_segments=None) -> np.ndarray:
     """Like `encode_ids`, for an index build's many texts. On CPU the padded shapes are planned
     from the texts' length histogram (`plan_lengths`, `plan_batches`): little padding, a few
     compiled programs, batches of ~4k tokens. Elsewhere (GPU/TPU, where a compile costs more
-    and padding less) the fixed buckets of `encode_ids`. progress(n) is called as texts finish."""
-    if not self._on_cpu or not len(ids):
-      out = self.encode_ids(ids)
-      if progress:
-        progress(len(ids))
+    and padding less) the fixed buckets of `encode_ids`. progress(n) is called as texts finish.
+
+    segments: optionally, per text, an int array [len(ids[i])] giving each token a segment id
+      (-1: none) or None; then on_segments(i, sums_SD, counts_S) is called for each such text
+      with its last hidden states summed per segment (fp32 [S, D]) and the token counts [S],
+      from the same forward pass that gives its embedding (`bert.embed_with_segments`)."""
+    out = np.zeros((len(ids), self.dim), np.float32)
+    if not len(ids):
       return out
     lengths = [len(x) for x in ids]
-    plan = plan_batches(lengths, plan_lengths(lengths, self.spec.max_length), self.n_dev)
-    out = np.zeros((len(ids), self.dim), np.float32)
+    if self._on_cpu:
+      plan = plan_batches(lengths, plan_lengths(lengths, self.spec.max_length), self.n_dev)
+    else:
+      plan = self._fixed_plan(lengths)
+    n_seg = 0
+    if segments is not None:
+      n_seg = max((int(s.max(initial=-1)) + 1 for s in segments if s is not None), default=0)
+      n_seg = bucket(n_seg, 8, 1 << 20) if n_seg else 0
     pending = []
     for rows, B, T in plan:
-      pending.append((rows, self._dispatch([ids[r] for r in rows], B, T)))
+      segs = [segments[r] for r in rows] if n_seg else None
+      pending.append((rows, self._dispatch([ids[r] for r in rows], B, T, segs, n_seg)))
       if len(pending) > 2:     # a few batches in flight, not the whole plan's inputs
-        self._collect(out, pending.pop(0), progress)
+        self._collect(out, pending.pop(0), progress, segments, on_segments)
     for p in pending:
-      self._collect(out, p, progress)
+      self._collect(out, p, progress, segments, on_segments)
     return out
 
   @staticmethod
-  def _collect(out: np.ndarray, pending, progress) -> None:
-    rows, emb = pending
-    out[rows] = np.asarray(emb)[:len(rows)]
+  def _collect(out: np.ndarray, pending, progress, segments, on_segments) -> None:
+    rows, res = pending
+    if isinstance(res, tuple):
+      emb, sums_BSD, counts_BS = (np.asarray(a) for a in res)
+      for i, r in enumerate(rows):
+        if segments[r] is not None:
+          on_segments(int(r), sums_BSD[i], counts_BS[i])
+    else:
+      emb = np.asarray(res)
+    out[rows] = emb[:len(rows)]
     if progress:
       progress(len(rows))
 
   def _dispatch(self, batch: list[Sequence[int]], B: Optional[int] = None,
-                T: Optional[int] = None) -> jax.Array:
+                T: Optional[int] = None, segs: Optional[list] = None, n_seg: int = 0):
     T = T or length_bucket(max(len(x) for x in batch), self.spec.max_length)
     B = B or bucket(len(batch), self.n_dev, self.batch_size)
     tokens = np.full((B, T), self.cfg.pad_token_id, np.int32)
@@ -315,4 +362,11 @@ class DenseEncoder:
       tokens[i, :len(x)] = x
       mask[i, :len(x)] = 1
     mask[len(batch):, 0] = 1  # padding rows: one dummy token so no row is empty
-    return self._fn(self.params, jax.device_put(tokens, self._rows), jax.device_put(mask, self._rows))
+    args = (self.params, jax.device_put(tokens, self._rows), jax.device_put(mask, self._rows))
+    if not n_seg:
+      return self._fn(*args)
+    seg = np.full((B, T), -1, np.int32)
+    for i, s in enumerate(segs):
+      if s is not None:
+        seg[i, :len(s)] = s
+    return self._fn_seg(*args, jax.device_put(seg, self._rows), num_segments=n_seg)

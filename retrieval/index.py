@@ -94,11 +94,10 @@ def shard_path(out: str, k: int) -> str:
   return os.path.join(out, "emb", f"shard_{k:05d}.npy")
 
 
-def _shard_texts(store: DocStore, rows: range, need_passages: bool,
+def _shard_texts(contents: list[str], need_passages: bool,
                  n_sentences: int) -> tuple[list[str], Optional[np.ndarray]]:
   """The texts to encode for one passage shard: its passages (if needed), then the sentence
   windows of each passage (if n_sentences); and the window offsets [len(rows) + 1]."""
-  contents = [store.get(r)["contents"] for r in rows]
   texts = list(contents) if need_passages else []
   offsets = None
   if n_sentences:
@@ -108,19 +107,90 @@ def _shard_texts(store: DocStore, rows: range, need_passages: bool,
   return texts, offsets
 
 
+class _ShardWork:
+  """One passage shard's encoding: the distinct token sequences to encode (with their segments
+  when windows are pooled from the passage pass), and the assembly of passage and window
+  vectors from the results.
+
+  separate windows: the shard's passages (if needed), then every window text, each encoded on
+    its own; identical token sequences once (a passage of at most N sentences is its window).
+  contextual windows: every passage once, its windows pooled from that pass's token states
+    (`windows.contextual_windows`); only windows cut by truncation are encoded on their own.
+  """
+
+  def __init__(self, encoder, contents: list[str], need_passages: bool, n_sentences: int,
+               contextual: bool):
+    self.n_rows, self.plans = len(contents), None
+    if n_sentences and contextual:
+      items, segs, self.plans = [], [], []
+      for c, (ids, starts, end) in zip(contents,
+                                       encoder.tokenize_with_offsets(contents, "passage")):
+        seg, plan = windows.contextual_windows(c, n_sentences, starts, end)
+        items.append(ids)
+        segs.append(seg)
+        self.plans.append(plan)
+      extra = [x for plan in self.plans for x in plan if isinstance(x, str)]
+      items += encoder.tokenize(extra, "passage")
+      segs += [None] * len(extra)
+      self.offsets = np.cumsum([0] + [len(p) for p in self.plans]).astype(np.int64)
+      self.passages_first = True
+    else:
+      texts, self.offsets = _shard_texts(contents, need_passages, n_sentences)
+      items, segs = encoder.tokenize(texts, "passage"), [None] * len(texts)
+      self.passages_first = need_passages
+    uniq: dict = {}
+    self.index = np.array([uniq.setdefault((tuple(x), None if s is None else s.tobytes()),
+                                           len(uniq)) for x, s in zip(items, segs)], np.int64)
+    self.ids = [list(x) for x, _ in uniq]
+    self.segments, self.spans = [None] * len(uniq), [None] * len(uniq)
+    for j, (s, u) in enumerate(zip(segs, self.index)):
+      if s is not None:
+        self.segments[u] = s
+        self.spans[u] = [x for x in self.plans[j] if isinstance(x, tuple)]
+    self.pooled: dict[int, np.ndarray] = {}
+
+  def encode(self, encoder, progress) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    """(passage vectors [rows, D] or None, window vectors [windows, D] or None)."""
+    has_segments = any(s is not None for s in self.segments)
+    normalize = encoder.spec.normalize
+
+    def pool(u, sums_SD, counts_S):
+      self.pooled[u] = windows.pool_spans(sums_SD, counts_S, self.spans[u], normalize)
+
+    emb = encoder.encode_many(self.ids, progress=progress,
+                              **(dict(segments=self.segments, on_segments=pool)
+                                 if has_segments else {}))[self.index]
+    n_p = self.n_rows if self.passages_first else 0
+    passages = emb[:n_p] if n_p else None
+    if self.offsets is None or self.plans is None:
+      return passages, (emb[n_p:] if self.offsets is not None else None)
+    wins, extra = [], iter(emb[n_p:])
+    for j, plan in enumerate(self.plans):
+      pooled = iter(self.pooled.get(int(self.index[j]), ()))
+      for x in plan:
+        wins.append(passages[j] if x is None else next(pooled) if isinstance(x, tuple)
+                    else next(extra))
+    return passages, np.stack(wins).astype(np.float32)
+
+
 def encode_shards(encoder, out: str, n: int, shard_size: int, sentence_windows: int = 0,
-                  progress: bool = True) -> None:
+                  progress: bool = True, window_encoding: str = "contextual") -> None:
   """Encodes the passages (and, with sentence_windows N > 0, the N-sentence windows) of every
   passage shard, skipping what is already on disk (`emb/`, `win/`).
 
-  One pass per shard: its passages and windows are tokenized together, identical token
-  sequences are encoded once (a passage of at most N sentences is its own window), and the
-  encoder batches all of them by length (`DenseEncoder.encode_many`). Tokenization of the next
-  shard runs on a host thread while the current one encodes."""
+  One pass per shard (`_ShardWork`): with window_encoding "contextual" each passage is encoded
+  once and its windows pooled from that pass; with "separate" its passages and window texts
+  are tokenized together and identical token sequences encoded once. The encoder batches all
+  of them by length (`DenseEncoder.encode_many`). Tokenization of the next shard runs on a host
+  thread while the current one encodes."""
   from tqdm import tqdm
+  if window_encoding not in windows.WINDOW_ENCODINGS:
+    raise ValueError(f"window_encoding {window_encoding!r} is unknown; use one of "
+                     f"{windows.WINDOW_ENCODINGS}")
+  contextual = window_encoding == "contextual"
   os.makedirs(os.path.join(out, "emb"), exist_ok=True)
   if sentence_windows:
-    windows.prepare_dir(out, sentence_windows)
+    windows.prepare_dir(out, sentence_windows, window_encoding)
   store = DocStore(out)
   n_shards = math.ceil(n / shard_size)
   rows_of = lambda k: range(k * shard_size, min(n, (k + 1) * shard_size))  # noqa: E731
@@ -132,13 +202,10 @@ def encode_shards(encoder, out: str, n: int, shard_size: int, sentence_windows: 
       need[k] = (p, w)
   todo = sorted(need)
 
-  def tokenize(k):
+  def prepare(k):
     p, w = need[k]
-    texts, offsets = _shard_texts(store, rows_of(k), p, sentence_windows if w else 0)
-    ids = encoder.tokenize(texts, "passage")
-    uniq: dict[tuple, int] = {}
-    index = np.array([uniq.setdefault(tuple(x), len(uniq)) for x in ids], np.int64)
-    return [list(x) for x in uniq], index, offsets
+    contents = [store.get(r)["contents"] for r in rows_of(k)]
+    return _ShardWork(encoder, contents, p, sentence_windows if w else 0, contextual)
 
   done = n - sum(len(rows_of(k)) for k in todo)
   bar = tqdm(total=n, initial=done, unit="passage",
@@ -146,25 +213,23 @@ def encode_shards(encoder, out: str, n: int, shard_size: int, sentence_windows: 
                                 if sentence_windows else ""),
              disable=not progress, smoothing=0.05, dynamic_ncols=True, file=sys.stderr)
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
-    nxt = pool.submit(tokenize, todo[0]) if todo else None
+    nxt = pool.submit(prepare, todo[0]) if todo else None
     for i, k in enumerate(todo):
-      ids, index, offsets = nxt.result()
-      nxt = pool.submit(tokenize, todo[i + 1]) if i + 1 < len(todo) else None
+      work = nxt.result()
+      nxt = pool.submit(prepare, todo[i + 1]) if i + 1 < len(todo) else None
       base, texts_done = bar.n, [0]
 
-      def advance(m, k=k, base=base, n_texts=max(1, len(ids))):   # texts -> passages of k
+      def advance(m, k=k, base=base, n_texts=max(1, len(work.ids))):   # texts -> passages of k
         texts_done[0] += m
         bar.update(base + len(rows_of(k)) * texts_done[0] // n_texts - bar.n)
 
-      emb = encoder.encode_many(ids, progress=advance)[index]
-      p, _ = need[k]
-      n_rows = len(rows_of(k)) if p else 0
-      if p:
+      passages, wins = work.encode(encoder, advance)
+      if need[k][0]:
         tmp = shard_path(out, k) + ".tmp.npy"
-        np.save(tmp, emb[:n_rows])
+        np.save(tmp, passages)
         os.replace(tmp, shard_path(out, k))   # a shard exists only when it is complete
-      if offsets is not None:
-        windows.save_shard(out, k, emb[n_rows:], offsets)
+      if wins is not None:
+        windows.save_shard(out, k, wins, work.offsets)
   bar.close()
 
 
@@ -219,13 +284,19 @@ def _digest(path: str) -> Optional[str]:
 
 def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_size: int = 256,
                 shard_size: int = 16384, dtype: str = "float32", attn_impl: str = "xla",
-                sentence_windows: int = 0, devices=None, encoder=None,
+                sentence_windows: int = 0, window_encoding: str = "contextual",
+                matmul_dtype: Optional[str] = None, devices=None, encoder=None,
                 progress: bool = True) -> dict:
   """Builds (or resumes) a dense index; returns its meta.
 
   sentence_windows: N > 0 also indexes windows of N sentences of each passage and scores a
     passage by its own and its best window's cosine (`retrieval.windows`); 0 (the paper's
     setting) indexes passage vectors only.
+  window_encoding: "contextual" (the default: each window's vector is pooled from its
+    passage's own encoding pass, one pass for both) or "separate" (each window encoded on its
+    own, as its own text); `retrieval.windows.contextual_windows`, docs/retrieval.md.
+  matmul_dtype: None (matmuls in `dtype`) or "bfloat16": bf16 matmul operands accumulated in
+    `dtype` (with float32: ~1.7x less CPU time, vectors within cosine 0.9999 of fp32's).
   devices: JAX devices to encode on (default: all local devices, batches split over them).
   encoder: overrides the encoder made from `spec` (tests wrap it to interrupt a build).
   """
@@ -234,6 +305,13 @@ def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_
   if sentence_windows < 0:
     raise ValueError(f"sentence_windows must be >= 0 (0: passage vectors only), got "
                      f"{sentence_windows}")
+  if sentence_windows and window_encoding == "contextual" and spec.pooling != "mean":
+    raise ValueError(f"contextual window encoding pools a sentence's token states and needs "
+                     f"mean pooling; this encoder pools by {spec.pooling!r}: pass "
+                     "--window-encoding separate")
+  if window_encoding not in windows.WINDOW_ENCODINGS:
+    raise ValueError(f"window_encoding {window_encoding!r} is unknown; use one of "
+                     f"{windows.WINDOW_ENCODINGS}")
   log = (lambda m: print(m, file=sys.stderr)) if progress else (lambda m: None)
   n = _prepare(corpus, out, {"encoder": "dense", "spec": spec.to_meta(), "shard_size": shard_size},
                log)
@@ -244,8 +322,9 @@ def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_
     import jax.numpy as jnp
     from retrieval.encoders import DenseEncoder
     encoder = DenseEncoder(spec, batch_size=batch_size, dtype=jnp.dtype(dtype),
-                           devices=devices or jax.devices(), attn_impl=attn_impl)
-  encode_shards(encoder, out, n, shard_size, sentence_windows, progress)
+                           devices=devices or jax.devices(), attn_impl=attn_impl,
+                           matmul_dtype=jnp.dtype(matmul_dtype) if matmul_dtype else None)
+  encode_shards(encoder, out, n, shard_size, sentence_windows, progress, window_encoding)
   n_shards = math.ceil(n / shard_size)
   index, params = make_faiss_index([shard_path(out, k) for k in range(n_shards)], n, encoder.dim,
                                    index_type)
@@ -253,6 +332,7 @@ def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_
   meta = {"format": FORMAT_VERSION, "encoder": "dense", "index_type": index_type,
           "num_passages": n, "dim": encoder.dim, "corpus": os.path.abspath(corpus),
           "spec": spec.to_meta(), "encoder_digest": _digest(spec.path), "dtype": dtype,
+          "matmul_dtype": matmul_dtype or dtype,
           "search_params": params}
   if sentence_windows:
     offsets = windows.global_offsets(out, n_shards)
@@ -261,8 +341,10 @@ def build_dense(corpus: str, out: str, spec, *, index_type: str = "flat", batch_
     w_index, w_params = make_faiss_index([windows.shard_path(out, k) for k in range(n_shards)],
                                          m, encoder.dim, index_type)
     _write_index(w_index, os.path.join(out, windows.WINDOWS_FAISS))
-    meta["windows"] = {"sentences": sentence_windows, "num_windows": m,
-                       "passage_weight": windows.PASSAGE_WEIGHT, "shard_size": shard_size,
+    meta["windows"] = {"sentences": sentence_windows, "encoding": window_encoding,
+                       "num_windows": m,
+                       "passage_weight": windows.passage_weight(window_encoding),
+                       "shard_size": shard_size,
                        "search_params": w_params}
   write_json(os.path.join(out, META_FILE), meta)
   return meta

@@ -199,6 +199,12 @@ def _file_lock(path: str):
 # The embedded default indexes single sentences too: MiniLM places a sentence-sized fact far
 # better than a 100-word passage (retrieval/windows.py, docs/retrieval.md).
 DEFAULT_SENTENCE_WINDOWS = 1
+# One encoding pass for passages and windows, and bf16 matmuls (fp32 accumulation): the first
+# run's build takes 68 s on 2 idle CPU cores instead of 340 s with separately encoded fp32
+# windows (docs/retrieval.md, "Build time"), at a measured cost in sharpness (ibid., "Quality
+# on the embedded corpus").
+DEFAULT_WINDOW_ENCODING = "contextual"
+DEFAULT_MATMUL_DTYPE = "bfloat16"
 
 
 def default_index_key(corpus: str, spec) -> str:
@@ -210,13 +216,15 @@ def default_index_key(corpus: str, spec) -> str:
   settings = {k: v for k, v in spec.to_meta().items() if k != "path"}
   return repr((("corpus", _file_digest(corpus)), ("encoder", encoder_digest(spec.path)),
                ("settings", sorted(settings.items())), ("index_type", "flat"),
-               ("sentence_windows", DEFAULT_SENTENCE_WINDOWS), ("format", FORMAT_VERSION)))
+               ("sentence_windows", DEFAULT_SENTENCE_WINDOWS),
+               ("window_encoding", DEFAULT_WINDOW_ENCODING),
+               ("matmul_dtype", DEFAULT_MATMUL_DTYPE), ("format", FORMAT_VERSION)))
 
 
 def default_index_dir() -> str:
-  """The MiniLM dense Flat index over the embedded corpus, with 1-sentence windows: built on
-  first use (a few minutes on a 2-core CPU) into `$SSP_JAX_CACHE` (default ~/.cache/ssp-jax),
-  loaded afterwards."""
+  """The MiniLM dense Flat index over the embedded corpus, with 1-sentence windows pooled from
+  one passage pass and bf16 matmuls: built on first use into `$SSP_JAX_CACHE` (default
+  ~/.cache/ssp-jax), loaded afterwards."""
   from retrieval.encoders import detect_spec
   corpus, spec = default_corpus_path(), detect_spec()
   key = hashlib.sha1(default_index_key(corpus, spec).encode())
@@ -228,5 +236,6 @@ def default_index_dir() -> str:
     if not os.path.exists(os.path.join(out, META_FILE)):  # another process may have built it
       print(f"building the default retrieval index in {out} (first use only)", file=sys.stderr)
       build_dense(corpus, out, spec, index_type="flat",
-                  sentence_windows=DEFAULT_SENTENCE_WINDOWS)
+                  sentence_windows=DEFAULT_SENTENCE_WINDOWS,
+                  window_encoding=DEFAULT_WINDOW_ENCODING, matmul_dtype=DEFAULT_MATMUL_DTYPE)
   return out

@@ -88,7 +88,7 @@ def test_encode_many_equals_encode_ids(tiny_bert):
   assert sum(seen) == len(ids)
 
 
-def test_shared_pass_equals_separate_encodings(tiny_bert, tmp_path):
+def test_separate_window_encoding_equals_encoding_each_text(tiny_bert, tmp_path):
   recs = corpus_records()[:20]
   recs.append({"id": "x", "contents": '"One"\nA single sentence passage.'})   # its own window
   corpus = write_corpus(str(tmp_path / "c.jsonl"), recs)
@@ -96,7 +96,7 @@ def test_shared_pass_equals_separate_encodings(tiny_bert, tmp_path):
   enc = DenseEncoder(spec, batch_size=8, devices=CPU)
   out = str(tmp_path / "idx")
   meta = index_lib.build_dense(corpus, out, spec, encoder=enc, shard_size=8, sentence_windows=1,
-                               progress=False)
+                               window_encoding="separate", progress=False)
   passages = np.concatenate([np.load(index_lib.shard_path(out, k)) for k in range(3)])
   wins = np.concatenate([np.load(windows.shard_path(out, k)) for k in range(3)])
   want_p = enc.encode([r["contents"] for r in recs], "passage")

@@ -62,13 +62,16 @@ class Interrupting:
 
   def __init__(self, inner, fail_after=None):
     self.inner, self.fail_after, self.calls = inner, fail_after, 0
-    self.dim, self.tokenize = inner.dim, inner.tokenize
+    self.dim, self.spec, self.tokenize = inner.dim, inner.spec, inner.tokenize
+    self.tokenize_with_offsets = inner.tokenize_with_offsets
+    self.encoded = []                            # the token sequences of each call
 
-  def encode_many(self, ids, progress=None):   # what index builds call, once per shard
+  def encode_many(self, ids, progress=None, **kw):   # what index builds call, once per shard
     if self.fail_after is not None and self.calls >= self.fail_after:
       raise KeyboardInterrupt("simulated interruption")
     self.calls += 1
-    return self.inner.encode_many(ids, progress)
+    self.encoded.append(list(ids))
+    return self.inner.encode_many(ids, progress, **kw)
 
 
 def test_interrupted_build_resumes_and_equals_uninterrupted(tiny_e5, small_corpus, tmp_path):

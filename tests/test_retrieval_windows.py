@@ -127,7 +127,14 @@ def test_cli_sentence_windows(tiny_bert, tmp_path):
          "dense", "--encoder-path", tiny_bert, "--out", out, "--quiet"]
   p = subprocess.run(cmd + ["--sentence-windows", "1"], env=env, capture_output=True, text=True)
   assert p.returncode == 0, p.stderr
-  assert json.loads(p.stdout)["windows"]["sentences"] == 1
+  meta = json.loads(p.stdout)
+  assert meta["windows"]["sentences"] == 1 and meta["windows"]["encoding"] == "contextual"
+  assert meta["matmul_dtype"] == "float32"
   assert load_retriever(out).search(["a"], 2)[0][0]["id"]
+  p = subprocess.run(cmd + ["--sentence-windows", "1", "--window-encoding", "separate",
+                            "--matmul-dtype", "bfloat16"], env=env, capture_output=True, text=True)
+  assert p.returncode == 0, p.stderr
+  meta = json.loads(p.stdout)
+  assert meta["windows"]["encoding"] == "separate" and meta["matmul_dtype"] == "bfloat16"
   p = subprocess.run(cmd + ["--sentence-windows", "-1"], env=env, capture_output=True, text=True)
   assert p.returncode == 2 and "sentence_windows must be >= 0" in p.stderr
