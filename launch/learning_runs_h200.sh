@@ -10,6 +10,9 @@
 #
 #   bash launch/learning_runs_h200.sh MODEL.gguf OUT [MATH_TRAIN_S] [SSP_TRAIN_S]
 #   (then, anywhere: ssp-jax plot OUT/math/run --out plots/math; ssp-jax plot OUT/ssp/run ...)
+# Wall time: the SSP run needs about SSP_TRAIN_S + 250 s (index, warm start ~90 s on first use,
+# three evaluations ~50 s each); on 2026-12-01 a 390 s limit in a 600 s call left no time for
+# the last evaluation.
 # Environment: RUNS="math ssp" (either or both), MATH_CONFIG (default configs/svs_gsm_h200.py:rlvr;
 # configs/svs_gsm_h200.py is SvS with synthesis).
 set -uo pipefail
