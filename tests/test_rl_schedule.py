@@ -71,15 +71,16 @@ def test_optimizer_steps_per_role_and_lr_once_per_call():
 
 def test_solver_old_logprobs_come_after_the_proposer_update():
   batch = ssp_batch()
-  # padded layout, so that a pass's rows are the mini-batch's rows in order
-  seq = make(RecordingLearner, pack=False)
+  # padded layout, so that a pass's rows are the mini-batch's rows in order; every old
+  # log-prob pass separate (not taken from the step's forward), so each one is recorded
+  seq = make(RecordingLearner, pack=False, fuse_old_logp=False)
   initial = seq.logprobs(batch)
   seq.seen.clear()
   ups = run_updates(seq, batch, "proposer_then_solver")
   # one pass per mini-batch: the proposer's before any step, both solver ones after its step
   assert [step for step, _ in seq.seen] == [0, 1, 1]
   solver_old = seq.seen[1][1]            # solver mini-batch 1: its first 2 prompts (4 rows)
-  ref = make(pack=False)                 # the same proposer update on a fresh learner
+  ref = make(pack=False, fuse_old_logp=False)   # the same proposer update, a fresh learner
   ref.update(rows(batch, 0), num_mini_batches=1, lr_once=True)
   solver_rows = rows(batch, 1)
   first = batch_lib.take_rows(solver_rows, np.arange(4))
