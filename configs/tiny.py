@@ -66,8 +66,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   w.enabled = True              # SmolLM2-135M never writes the game's tags on its own, so it
   w.sources = 12                # first learns the format from demonstrations built with the
   w.solver_sources = 24         # real retriever (first use only, then cached): 12 proposer and
-  w.epochs = 1                  # verifier demonstrations, 24 solver ones (with 12, the solver
-  w.lr = 2e-4                   # never solved a question in 14 steps on GPU; with 24 it did)
+  w.epochs = 1                  # verifier demonstrations, 24 solver ones (on GPU, with 12 of
+  w.lr = 2e-4                   # each the solver never solved a question in 10-14 steps; with
+                                # 24 of each it did; docs/results.md)
   w.batch_size = 1
   w.max_len = 1024              # rows of 1,024 tokens (every demonstration fits)
   w.remat = "none"

@@ -46,7 +46,8 @@ def test_answers_load_in_a_seeded_order_and_bad_lines_are_skipped(setup, tmp_pat
       [s.answer for s in D.load_sources(setup[5], seed=3)]
   bad = tmp_path / "a.jsonl"
   bad.write_bytes(b'{"ground_truth": "Paris", "search_turns": 2}\n\xff\xfe\nnot json\n'
-                  b'{"ground_truth": ""}\n{"ground_truth": "Seine", "search_turns": "x"}\n')
+                  b'{"ground_truth": ""}\n{"ground_truth": "Seine", "search_turns": "x"}\n'
+                  b'{"ground_truth": "Vistula", "search_turns": 1e9}\n')
   assert [s.answer for s in D.load_sources(str(bad))] == ["Paris"]
 
 

@@ -215,33 +215,24 @@ def build_demos(sources: Sequence[Source], retriever, tokenizer, *, topk: int,
 # --------------------------------------------------------------------------------------------
 def load_sources(answers_path: str, *, default_hops: int = 2, limit: int = 0,
                  seed: int = 0) -> list[Source]:
-  """The answers of an answer-set JSONL in a seeded random order (the first `limit`; 0: all).
-  Bad lines are skipped (the answer loader counts them)."""
+  """The answers of an answer-set JSONL in a seeded random order (the first `limit`; 0: all),
+  read by the answer loader's own line parser (`ssp_jax.ssp.answers.parse_line`), so bad lines
+  are skipped here as there (undecodable, no ground truth, hops outside 1..MAX_HOPS)."""
+  from ssp_jax.ssp.answers import parse_line
   rows = []
   opener = gzip.open if answers_path.endswith(".gz") else open
   with opener(answers_path, "rb") as f:
     for raw in f:
       try:
-        rec = json.loads(raw.decode("utf-8"))
-      except ValueError:                 # JSONDecodeError and UnicodeDecodeError
+        line = raw.decode("utf-8")
+        item = parse_line(line, default_hops)
+      except ValueError:                 # UnicodeDecodeError is a ValueError too
         continue
-      if isinstance(rec, dict):
-        rows.append(rec)
-  out = []
-  for i in np.random.default_rng(seed).permutation(len(rows)):
-    rec = rows[i]
-    gt = rec.get("ground_truth")
-    answer = gt if isinstance(gt, str) else (gt or [""])[0]
-    if not isinstance(answer, str) or not answer.strip():
-      continue
-    try:
-      hops = int(rec.get("search_turns") or default_hops)
-    except (TypeError, ValueError):
-      continue
-    out.append(Source(answer.strip(), hops, str(rec.get("category", ""))))
-    if limit and len(out) >= limit:
-      break
-  return out
+      gt = item.ground_truth
+      answer = (gt if isinstance(gt, str) else gt[0]).strip()
+      rows.append(Source(answer, item.hops, str(json.loads(line).get("category", ""))))
+  out = [rows[i] for i in np.random.default_rng(seed).permutation(len(rows))]
+  return out[:limit] if limit else out
 
 
 def eval_support_ids(paths: Sequence[str]) -> set[str]:
