@@ -97,6 +97,22 @@ def test_train_resume_and_outputs(assets, tmp_path):
   assert read_metrics(workdir) == rows
 
 
+def test_eval_at_start_logs_step_zero_once(assets, tmp_path):
+  """eval.at_start: the starting policy's held-out metrics as step 0, and not again on resume."""
+  workdir = str(tmp_path / "run")
+  with_eval = ["--config.eval.at_start=true", "--config.eval.limit=2",
+               "--config.eval.max_new_tokens=8", "--config.eval.batch_size=2"]
+  assert cli.main(fast_args(assets, workdir, 1) + with_eval) == 0
+  rows = read_metrics(workdir)
+  assert [r["step"] for r in rows] == [0, 1]
+  assert any(k.startswith("val/") for k in rows[0]) and "loss" not in rows[0]
+  assert not any(k.startswith("val/") for k in rows[1])     # every_steps=0: only the start
+  assert os.path.exists(os.path.join(workdir, "eval", "step_0"))
+  assert not os.path.exists(os.path.join(workdir, "samples", "samples_0.jsonl"))
+  assert cli.main(fast_args(assets, workdir, 2) + with_eval) == 0
+  assert [r["step"] for r in read_metrics(workdir)] == [0, 1, 2]
+
+
 @pytest.mark.parametrize("override,key", [
     ("--config.ssp.batch_sise=3", "ssp.batch_sise"),
     ("--config.total_steps=abc", "total_steps"),

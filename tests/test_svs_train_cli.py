@@ -70,6 +70,19 @@ def sample_ids(workdir, step):
   return {r["id"] for r in recs}
 
 
+def test_eval_at_start_is_step_zero(ckpt, tmp_path):
+  """eval.at_start with the SvS game: the starting policy's pass@k as step 0, then the steps."""
+  workdir = str(tmp_path / "run")
+  with_eval = ["--config.eval.at_start=true", "--config.eval.limit=2", "--config.eval.n=2",
+               "--config.eval.max_new_tokens=8"]
+  assert cli.main(fast_args(ckpt, workdir, 1) + with_eval) == 0
+  rows = read_metrics(workdir)
+  assert [r["step"] for r in rows] == [0, 1]
+  assert any(k.startswith("val/") and k.endswith("/pass@1") for k in rows[0])
+  assert "oqa/accuracy" not in rows[0] and not any(k.startswith("val/") for k in rows[1])
+  assert os.path.exists(os.path.join(workdir, "eval", "step_0", "results.json"))
+
+
 def test_train_writes_outputs_checkpoints_and_resumes(ckpt, tmp_path):
   workdir = str(tmp_path / "run")
   with_eval = ["--config.eval.every_steps=1", "--config.eval.limit=2", "--config.eval.n=2",

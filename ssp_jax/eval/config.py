@@ -16,6 +16,8 @@ def get_eval_config() -> ml_collections.ConfigDict:
     seed: subsampling seed.
     every_steps: run the evaluation inside training every N steps (0: never); metrics are logged
       as `val/{dataset}/{metric}`.
+    at_start: also evaluate the starting policy (after the warm start, if any) as step 0 of a
+      fresh run, so the in-training curve has its starting point (not repeated on resume).
     batch_size: questions per rollout-engine call (0: a whole dataset per call; the engine decodes
       `rollout.batch_size` of them at a time and refills slots as rollouts finish).
     max_new_tokens: token budget of one solver rollout (0: the rollout config's value).
@@ -29,6 +31,7 @@ def get_eval_config() -> ml_collections.ConfigDict:
   c.limit = 500
   c.seed = 0
   c.every_steps = 0
+  c.at_start = False
   c.batch_size = 0
   c.max_new_tokens = 0
   c.tfds_data_dir = ""

@@ -145,7 +145,7 @@ def build(config) -> Components:
 
 
 def _evaluator(config, engine, judge) -> Optional[Callable[[Any, int], dict]]:
-  if not config.eval.every_steps:
+  if not (config.eval.every_steps or config.eval.get("at_start", False)):
     return None
   from ssp_jax.eval.runner import evaluate, load_eval_sets
   sets = load_eval_sets(config.eval)

@@ -113,4 +113,5 @@ def base_run_config() -> ml_collections.ConfigDict:
   c.ssp = get_ssp_config()
   c.eval = get_eval_config()
   c.eval.every_steps = 0        # in-training validation every N steps (0: off)
+  c.eval.at_start = False       # and of the starting policy, logged as step 0 (fresh runs only)
   return c

@@ -99,10 +99,11 @@ class Outputs:
     rec = {"step": step, **{k: v for k, v in sorted(metrics.items())}}
     with open(self.metrics_path, "a", encoding="utf-8") as f:
       f.write(json.dumps(rec) + "\n")
-    with open(os.path.join(self.sample_dir, f"samples_{step}.jsonl"), "w",
-              encoding="utf-8") as f:
-      for s in samples:
-        f.write(json.dumps(s, ensure_ascii=False, default=str) + "\n")
+    if step > 0:   # step 0 is the starting policy's evaluation (eval.at_start): no samples
+      with open(os.path.join(self.sample_dir, f"samples_{step}.jsonl"), "w",
+                encoding="utf-8") as f:
+        for s in samples:
+          f.write(json.dumps(s, ensure_ascii=False, default=str) + "\n")
     if self.tb is not None:
       for k, v in metrics.items():
         if isinstance(v, (int, float)) and np.isfinite(v):
@@ -227,6 +228,8 @@ def _train_loop(config, build_fn, desc, postfix, stop: StopOnSignal) -> int:
              disable=not config.progress or jax.process_index() != 0)
   code = 0
   try:
+    if start == 0 and c.evaluator is not None and config.eval.get("at_start", False):
+      outputs.write(0, c.evaluator(c.learner.state["params"], 0), [])   # the curve's start
     for step in range(start, total):
       if stop.signum is not None:
         return _stopped(c, stop, step)

@@ -102,7 +102,7 @@ def validate_config(config) -> None:
   if s.judge.timeout_s <= 0:
     raise ConfigError(f"config.ssp.judge.timeout_s={s.judge.timeout_s} must be > 0")
   _choice("rl.update_schedule", config.rl.update_schedule, UPDATE_SCHEDULES)
-  if config.eval.every_steps:
+  if config.eval.every_steps or config.eval.get("at_start", False):
     for name, spec in config.eval.datasets.items():
       if ":" not in spec.split("/")[0]:        # a file path (not builtin:/tfds: specs)
         _path(f"eval.datasets.{name}", spec)

@@ -51,7 +51,7 @@ def build(config) -> Components:
 
 
 def _evaluator(config, engine) -> Optional[Callable[[Any, int], dict]]:
-  if not config.eval.every_steps:
+  if not (config.eval.every_steps or config.eval.get("at_start", False)):
     return None
   from ssp_jax.svs import eval as svs_eval
   sets = svs_eval.load_eval_sets(config.eval)

@@ -63,6 +63,7 @@ def get_svs_eval_config() -> ml_collections.ConfigDict:
   c.max_new_tokens = 0          # 0 = rollout.max_response_tokens (original: 2048)
   c.batch_size = 0              # problems per rollout-engine call (0 = a dataset per call)
   c.every_steps = 0             # in-training validation every N steps (0: off)
+  c.at_start = False            # and of the starting policy, logged as step 0 (fresh runs only)
   return c
 
 

@@ -60,6 +60,6 @@ def validate_config(config) -> None:
   bad = [k for k in e.ks if not 1 <= int(k) <= e.n]
   if bad:
     raise ConfigError(f"config.eval.ks={tuple(e.ks)}: each k must be in 1..eval.n={e.n}")
-  if e.every_steps:
+  if e.every_steps or e.get("at_start", False):
     for name, spec in e.datasets.items():
       _data_spec(f"eval.datasets.{name}", spec)
