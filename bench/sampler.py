@@ -13,7 +13,7 @@ batched stub-corpus retrieval, observation prefill into the cache). With random 
 synthetic tokenizer maps 1/256 of the vocabulary to the text `<search> q </search>`, so a search
 happens every ~256 tokens; `policy_tok_s` counts sampled tokens, `all_tok_s` adds observations;
 `vs_single_turn` = policy_tok_s / the single-turn decode_tok_s of the same model, slots and KV layout.
-KV layout (`--kv-layout dense,paged`): `dense` is the [L, B, S, K, H] cache, `paged` the page pool
+KV layout (`--kv-layout dense,paged`): `dense` is the [L, B, K, S, H] cache, `paged` the page pool
 (docs/rollout.md); every line carries `kv_layout` and `decode_attention`.
 Peer (`--peer tunix`, on by default when `import tunix` works): tunix's Sampler on the same shape
 (its Qwen2 model, random weights, same dtype, temperature 1, no eos); the single-turn line gets

@@ -154,9 +154,10 @@ def compile_decode_step(mcfg, cfg, sharder, batch, cache_len):
   cache_dtype = jnp.dtype(cfg.rollout.get("cache_dtype", "bfloat16"))
   attn = cfg.rollout.get("decode_attention", "einsum")
   dparams = _decode_layout(mcfg, sharder, dtype)
-  cache_sh = sharder.sharding(models.decoder.CACHE_LOGICAL)
-  shape = (mcfg.num_layers, batch, cache_len, mcfg.num_kv_heads, mcfg.head_dim)
-  cache = {"k": _sds(shape, cache_dtype, cache_sh), "v": _sds(shape, cache_dtype, cache_sh)}
+  cache_sh = sharder.sharding(models.decoder.CACHE_LOGICAL[1:])
+  shape = (batch, mcfg.num_kv_heads, cache_len, mcfg.head_dim)   # the engine's per-layer buffers
+  cache = {k: [_sds(shape, cache_dtype, cache_sh) for _ in range(mcfg.num_layers)]
+           for k in ("k", "v")}
   row = NamedSharding(sharder.mesh, P(sharder.spec(("act_batch",))[0]))
   tok, pos = _sds((batch,), jnp.int32, row), _sds((batch,), jnp.int32, row)
 

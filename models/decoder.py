@@ -13,7 +13,10 @@ Params layout (layers stacked on a leading L axis and run with `lax.scan`):
     mlp_norm       [L, D]
     w_gate [L, D, F]  w_up [L, D, F]  w_down [L, F, D]
 
-KV cache: {"k": [L, B, S, K, H], "v": [L, B, S, K, H]}. Slot s of a row holds the token at
+KV cache: {"k": [L, B, K, S, H], "v": [L, B, K, S, H]}: heads before slots, so attention over
+a layer's [B, K, S, H] is a batched GEMM over (B, K) that reads the cache as stored (with slots
+before heads, XLA copied every layer's K and V into this order on each decode step).
+Slot s of a row holds the token at
 position s of that row, so the row's positions are also its cache slots. A chunk of T tokens
 starting at position p is written to slots p..p+T-1; a query at position q attends to slots
 <= q. Slots past a row's current length may hold stale values from a padded prefill: they are
@@ -90,7 +93,7 @@ def param_logical_axes(cfg: ModelConfig) -> Params:
   return out
 
 
-CACHE_LOGICAL = ("layers", "act_batch", "act_kv_len", "act_kv_heads", "head_dim")
+CACHE_LOGICAL = ("layers", "act_batch", "act_kv_heads", "act_kv_len", "head_dim")
 
 
 def init_params(cfg: ModelConfig, rng: jax.Array, dtype=jnp.float32, std: float = 0.02) -> Params:
@@ -100,7 +103,7 @@ def init_params(cfg: ModelConfig, rng: jax.Array, dtype=jnp.float32, std: float 
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=jnp.bfloat16) -> dict:
-  shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+  shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
   return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
 
 
@@ -234,21 +237,21 @@ def forward_with_cache(cfg: ModelConfig, params: Params, tokens_BT: jax.Array,
   observation chunk to a running sequence (T = chunk length, start = current length).
   """
   B, T = tokens_BT.shape
-  S = cache["k"].shape[2]
+  S = cache["k"].shape[3]
   positions_BT = start_B[:, None].astype(jnp.int32) + jnp.arange(T, dtype=jnp.int32)[None]
   inv_freq = L_.rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
   cos, sin = L_.rope_cos_sin(positions_BT, inv_freq, dtype)
   mask_BTS = jnp.arange(S, dtype=jnp.int32)[None, None, :] <= positions_BT[:, :, None]
-  write = jax.vmap(lambda c_SKH, x_TKH, s: jax.lax.dynamic_update_slice(c_SKH, x_TKH, (s, 0, 0)))
+  write = jax.vmap(lambda c_KSH, x_KTH, s: jax.lax.dynamic_update_slice(c_KSH, x_KTH, (0, s, 0)))
 
   def body(x_BTD, inputs):
-    lp, k_cache, v_cache = inputs
-    q, k, v = _qkv(cfg, lp, x_BTD, cos, sin, sharder)
-    k_cache = write(k_cache, k.astype(k_cache.dtype), start_B)
-    v_cache = write(v_cache, v.astype(v_cache.dtype), start_B)
+    lp, k_cache, v_cache = inputs                        # [B, K, S, H]
+    q, k, v = _qkv(cfg, lp, x_BTD, cos, sin, sharder)    # k, v [B, T, K, H]
+    k_cache = write(k_cache, jnp.swapaxes(k, 1, 2).astype(k_cache.dtype), start_B)
+    v_cache = write(v_cache, jnp.swapaxes(v, 1, 2).astype(v_cache.dtype), start_B)
     k_cache = constrain(k_cache, CACHE_LOGICAL[1:], sharder)
     v_cache = constrain(v_cache, CACHE_LOGICAL[1:], sharder)
-    attn = L_.attention(q, k_cache.astype(q.dtype), v_cache.astype(q.dtype), mask_BTS)
+    attn = L_.cache_attention(q, k_cache.astype(q.dtype), v_cache.astype(q.dtype), mask_BTS)
     return _attn_out_and_mlp(cfg, lp, x_BTD, attn, sharder), (k_cache, v_cache)
 
   x_BTD = _embed(cfg, params, tokens_BT, dtype, sharder)

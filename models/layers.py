@@ -67,6 +67,22 @@ def attention(q_BTNH: jax.Array, k_BSKH: jax.Array, v_BSKH: jax.Array,
   return out_BTKGH.reshape(B, T, N, H)
 
 
+def cache_attention(q_BTNH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array,
+                    mask_BTS: jax.Array) -> jax.Array:
+  """`attention` over a KV cache stored heads first ([B, K, S, H], models/decoder.py): the same
+  result, with the cache read in its stored order (batch dims B, K lead both GEMM operands)."""
+  B, T, N, H = q_BTNH.shape
+  K = k_BKSH.shape[1]
+  G = N // K
+  q_BKGTH = jnp.moveaxis(q_BTNH.reshape(B, T, K, G, H), 1, 3)
+  logits_BKGTS = jnp.einsum("BKGTH,BKSH->BKGTS", q_BKGTH, k_BKSH,
+                            preferred_element_type=jnp.float32) / math.sqrt(H)
+  logits_BKGTS = jnp.where(mask_BTS[:, None, None], logits_BKGTS, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits_BKGTS, axis=-1).astype(v_BKSH.dtype)
+  out_BKGTH = jnp.einsum("BKGTS,BKSH->BKGTH", probs, v_BKSH)
+  return jnp.moveaxis(out_BKGTH, 3, 1).reshape(B, T, N, H)
+
+
 def causal_chunked_attention(q_BTNH: jax.Array, k_BTKH: jax.Array, v_BTKH: jax.Array,
                              mask_BTT: jax.Array, chunk: int) -> jax.Array:
   """`attention` of a full (no cache) forward whose mask is causal in index space (a query

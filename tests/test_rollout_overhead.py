@@ -78,6 +78,37 @@ def test_decode_step_scratch_is_small_next_to_the_cache():
   assert new["alias_bytes"] >= new["cache_bytes"]   # the cache is updated in place (donated)
 
 
+def test_decode_loop_makes_no_copy_of_a_layers_cache():
+  """The compiled decode loop updates each layer's K/V buffer in place and reads it as stored:
+  no copy, transpose or slice of a cache-sized buffer per step (with the stacked
+  [L, B, S, K, H] cache there were three per layer, for K and V each)."""
+  import re
+  from ssp_jax import sampling as S
+  cfg = ModelConfig(model_type="qwen2", vocab_size=256, hidden_size=64, intermediate_size=128,
+                    num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16)
+  B, L = 4, 96
+  sds = jax.ShapeDtypeStruct
+  params = jax.tree.map(lambda s: sds(s, jnp.float32), __import__("models").param_shapes(cfg),
+                        is_leaf=lambda t: isinstance(t, tuple))
+  dparams = jax.eval_shape(lambda p: S.decode_params(cfg, p, jnp.float32), params)
+  host = S.build_stop_tables([b"x"] * cfg.vocab_size, ["</search>"])
+  tables = S.StopTables(*(sds(getattr(host, f).shape, getattr(host, f).dtype)
+                          for f in S.StopTables._fields))
+  st = jax.eval_shape(lambda: S.init_state(cfg, B, L, tables.prefix_VM.shape[1], jnp.float32))
+  hlo = S.decode.lower(cfg, st, dparams, tables, sds((1,), jnp.int32), sds((B,), bool),
+                       sds((B,), jnp.int32), sds((), jnp.int32), jax.random.key(0), num_steps=4,
+                       sampling=S.SamplingParams(1.0), dtype=jnp.float32,
+                       attn_impl="einsum").compile().as_text()
+  layer = {f"f32[{B},{L},2,16]", f"f32[{B},2,{L},16]"}            # either order of K and S
+  ops = [(m.group(1), m.group(3)) for m in re.finditer(
+      r"%?([\w.-]+) = (f32\[[0-9,]+\])\S* ([\w-]+)\(", hlo) if m.group(2) in layer]
+  writes = [n for n, op in ops if "scatter" in n or op == "scatter"]
+  assert len(writes) >= 2 * cfg.num_layers, ops                 # K and V written in place
+  moved = [(n, op) for n, op in ops if op in ("copy", "transpose", "slice", "dynamic-slice")
+           or (op == "fusion" and "scatter" not in n)]
+  assert not moved, moved
+
+
 def test_prefill_row_groups_are_powers_of_two_with_little_padding():
   from ssp_jax.rollout.engine import _row_parts
   for cap in (64, 96, 256):

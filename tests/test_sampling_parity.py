@@ -156,7 +156,9 @@ def test_decode_step_equals_chunk_forward(impl):
   pos = jnp.asarray([9, 4, 0], jnp.int32)   # rows at different positions (slots past are stale)
   want, want_cache = models.forward_with_cache(cfg, p, toks[jnp.arange(3), pos][:, None], pos,
                                                cache)
+  layers = {k: list(cache[k]) for k in ("k", "v")}   # the engine's per-layer buffers
   got, got_cache = decode_forward(cfg, decode_params(cfg, p, jnp.float32),
-                                  toks[jnp.arange(3), pos], pos, cache, attn_impl=impl)
+                                  toks[jnp.arange(3), pos], pos, layers, attn_impl=impl)
   np.testing.assert_allclose(got, want[:, 0], atol=1e-5)
-  np.testing.assert_allclose(got_cache["k"], want_cache["k"], atol=1e-5)
+  for k in ("k", "v"):
+    np.testing.assert_allclose(jnp.stack(got_cache[k]), want_cache[k], atol=1e-5)

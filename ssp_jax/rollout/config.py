@@ -20,7 +20,7 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.decode_attention = "einsum" # dense: einsum (batched GEMMs; fastest on H200) | reduce | cudnn |
                                 # xla; paged: gather (pure JAX, any backend) | pallas (GPU kernel)
   # --- KV layout (docs/rollout.md, "Paged KV cache") ---
-  c.kv_layout = "dense"         # dense: [L, B, S, K, H] rows | paged: a shared pool of pages
+  c.kv_layout = "dense"         # dense: [L, B, K, S, H] rows | paged: a shared pool of pages
   c.page_size = 64              # paged: token slots per page
   c.kv_max_tokens = 0           # paged: pool cap in tokens (all rows together); 0 = batch_size x
                                 # (max_prompt + max_response + prefill_chunk), never preempts.

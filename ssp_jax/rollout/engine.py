@@ -341,7 +341,7 @@ class RolloutEngine:
   def _fit_cache(self, st: S.DecodeState, need: int, run: "_Run") -> S.DecodeState:
     if self.paged:
       return self._sync_pages(st, need, run)
-    S_now = st.cache["k"].shape[2]
+    S_now = st.cache["k"][0].shape[2]          # dense: L buffers [B, K, S, H]
     if need <= S_now:
       return st
     return S.resize_cache(st, new_len=self._cache_len(need, S_now, run.cap),

@@ -3,8 +3,9 @@
 Differences from the generic chunk forward, all about memory traffic at T = 1:
   * Layers are unrolled over per-layer weight buffers (`decode_params`), so no weight is sliced
     out of a stacked array (and copied) on every step.
-  * Each layer writes its new K/V at (row, position) in place into the carried cache, then
-    attends over slots <= position. (The earlier read-only variant, "einsum_readonly", attends
+  * Each layer writes its new K/V at (row, position) in place into its own carried cache buffer
+    ([B, K, S, H], heads before slots), then attends over slots <= position reading that buffer
+    as stored: no slice of a stacked cache and no transpose, so no copy of the cache per step. (The earlier read-only variant, "einsum_readonly", attends
     over the slots before the query plus its own k/v and scatters all layers' K/V at the end;
     XLA then copies the whole cache every step, see decode_forward.)
   * Attention over the cache is two batched GEMMs (`einsum`, the default; on an H200 it is 1.7x
@@ -27,50 +28,51 @@ from models.sharding import Sharder, constrain
 from ssp_jax.sampling import paged as PG
 
 
-def _decode_attention(q_BKGH, k_BSKH, v_BSKH, mask_BS, k_BKH, v_BKH, einsum: bool = False):
+def _decode_attention(q_BKGH, k_BKSH, v_BKSH, mask_BS, k_BKH, v_BKH, einsum: bool = False):
   """Single-query GQA attention, fp32 softmax, over the cached slots in mask_BS (strictly before
   the query) plus the query token's own k/v (not yet in the cache). Returns [B, K, G, H].
   Used by "einsum_readonly" (the cache stays read-only inside the layers)."""
   H = q_BKGH.shape[-1]
   qf = q_BKGH.astype(jnp.float32) / math.sqrt(H)
-  if einsum:  # dot_general (batched GEMMs) instead of multiply-reduce
-    s_BSKG = jnp.einsum("BKGH,BSKH->BSKG", (q_BKGH / math.sqrt(H)).astype(k_BSKH.dtype), k_BSKH,
+  if einsum:  # dot_general (batched GEMMs over B, K) instead of multiply-reduce
+    s_BKGS = jnp.einsum("BKGH,BKSH->BKGS", (q_BKGH / math.sqrt(H)).astype(k_BKSH.dtype), k_BKSH,
                         preferred_element_type=jnp.float32)
   else:
-    s_BSKG = jnp.sum(qf[:, None] * k_BSKH[:, :, :, None, :], axis=-1, dtype=jnp.float32)
-  s_BSKG = jnp.where(mask_BS[:, :, None, None], s_BSKG, -jnp.inf)
+    s_BKGS = jnp.sum(qf[:, :, :, None] * k_BKSH[:, :, None], axis=-1, dtype=jnp.float32)
+  s_BKGS = jnp.where(mask_BS[:, None, None, :], s_BKGS, -jnp.inf)
   s_BKG = jnp.sum(qf * k_BKH[:, :, None, :].astype(jnp.float32), axis=-1)
-  m_BKG = jnp.maximum(jnp.max(s_BSKG, axis=1), s_BKG)
-  p_BSKG = jnp.exp(s_BSKG - m_BKG[:, None])
+  m_BKG = jnp.maximum(jnp.max(s_BKGS, axis=-1), s_BKG)
+  p_BKGS = jnp.exp(s_BKGS - m_BKG[..., None])
   p_BKG = jnp.exp(s_BKG - m_BKG)
-  denom_BKG = jnp.sum(p_BSKG, axis=1) + p_BKG
+  denom_BKG = jnp.sum(p_BKGS, axis=-1) + p_BKG
   if einsum:
-    out = jnp.einsum("BSKG,BSKH->BKGH", p_BSKG.astype(v_BSKH.dtype), v_BSKH,
+    out = jnp.einsum("BKGS,BKSH->BKGH", p_BKGS.astype(v_BKSH.dtype), v_BKSH,
                      preferred_element_type=jnp.float32)
   else:
-    out = jnp.sum(p_BSKG[..., None] * v_BSKH[:, :, :, None, :].astype(jnp.float32), axis=1)
+    out = jnp.sum(p_BKGS[..., None] * v_BKSH[:, :, None].astype(jnp.float32), axis=3)
   out = out + p_BKG[..., None] * v_BKH[:, :, None, :].astype(jnp.float32)
   return (out / denom_BKG[..., None]).astype(q_BKGH.dtype)
 
 
-def _cached_attention(q_BKGH, k_BSKH, v_BSKH, mask_BS, einsum: bool):
+def _cached_attention(q_BKGH, k_BKSH, v_BKSH, mask_BS, einsum: bool):
   """Single-query GQA attention, fp32 softmax, over the cached slots in mask_BS (the query's own
-  slot included: its k/v were written first). Returns [B, K, G, H]."""
+  slot included: its k/v were written first). Returns [B, K, G, H]. With the cache stored heads
+  first, "einsum" is two batched GEMMs over (B, K) that read each layer's cache as stored."""
   H = q_BKGH.shape[-1]
   if einsum:  # dot_general (batched GEMMs) instead of multiply-reduce
-    s_BSKG = jnp.einsum("BKGH,BSKH->BSKG", (q_BKGH / math.sqrt(H)).astype(k_BSKH.dtype), k_BSKH,
+    s_BKGS = jnp.einsum("BKGH,BKSH->BKGS", (q_BKGH / math.sqrt(H)).astype(k_BKSH.dtype), k_BKSH,
                         preferred_element_type=jnp.float32)
   else:
     qf = q_BKGH.astype(jnp.float32) / math.sqrt(H)
-    s_BSKG = jnp.sum(qf[:, None] * k_BSKH[:, :, :, None, :], axis=-1, dtype=jnp.float32)
-  s_BSKG = jnp.where(mask_BS[:, :, None, None], s_BSKG, -jnp.inf)
-  p_BSKG = jnp.exp(s_BSKG - jnp.max(s_BSKG, axis=1, keepdims=True))
-  denom_BKG = jnp.sum(p_BSKG, axis=1)
+    s_BKGS = jnp.sum(qf[:, :, :, None] * k_BKSH[:, :, None], axis=-1, dtype=jnp.float32)
+  s_BKGS = jnp.where(mask_BS[:, None, None, :], s_BKGS, -jnp.inf)
+  p_BKGS = jnp.exp(s_BKGS - jnp.max(s_BKGS, axis=-1, keepdims=True))
+  denom_BKG = jnp.sum(p_BKGS, axis=-1)
   if einsum:
-    out = jnp.einsum("BSKG,BSKH->BKGH", p_BSKG.astype(v_BSKH.dtype), v_BSKH,
+    out = jnp.einsum("BKGS,BKSH->BKGH", p_BKGS.astype(v_BKSH.dtype), v_BKSH,
                      preferred_element_type=jnp.float32)
   else:
-    out = jnp.sum(p_BSKG[..., None] * v_BSKH[:, :, :, None, :].astype(jnp.float32), axis=1)
+    out = jnp.sum(p_BKGS[..., None] * v_BKSH[:, :, None].astype(jnp.float32), axis=3)
   return (out / denom_BKG[..., None]).astype(q_BKGH.dtype)
 
 
@@ -96,23 +98,24 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   """Feeds tok_B at pos_B; returns (float32 logits [B, V], cache with slot pos_B written).
   `dparams` comes from `decode_params`.
 
+  cache: {"k", "v": L per-layer buffers [B, K, S, H]} (sampling/loop.py), or a paged cache.
   attn_impl: "einsum" (default; batched GEMMs) or "reduce" (multiply-reduce): each layer writes
-    its new K/V in place into the carried cache, then attends over slots <= pos_B;
+    its new K/V in place into its buffer, then attends over slots <= pos_B;
     "einsum_readonly": the cache is read-only inside the layers (two-part softmax over the cached
-    slots plus the query's own k/v) and all layers' K/V go in with one scatter at the end. XLA
-    then copies the whole cache on every step (nothing orders the last layer's read before the
-    scatter) and may hold every layer's transposed cache at once: about 1.5x the cache in
-    temporaries (the 7B, 256-row, 1,665-slot step needed 33.5 GiB; bench/decode_memory.py).
-    Kept to compare on GPUs. "cudnn" / "xla" write each layer's K/V first and
-    call `jax.nn.dot_product_attention` with `key_value_seq_lengths = pos + 1` ("cudnn": the
-    cuDNN flash kernel on NVIDIA GPUs, reading the cache in its stored layout)."""
+    slots plus the query's own k/v) and all layers' K/V are written after the last layer. With
+    the stacked cache of before 2026-12-01, XLA then copied the whole cache on every step and
+    held about 1.5x the cache in temporaries (the 7B, 256-row, 1,665-slot step needed 33.5 GiB;
+    bench/decode_memory.py). Kept to compare on GPUs. "cudnn" / "xla" write each layer's K/V
+    first and call `jax.nn.dot_product_attention` with `key_value_seq_lengths = pos + 1`
+    ("cudnn": the cuDNN flash kernel on NVIDIA GPUs), on a transposed copy of the layer's
+    buffer (it takes [B, S, K, H])."""
   if "table" in cache:
     return _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, dtype=dtype, sharder=sharder,
                                  attn_impl=attn_impl)
   if attn_impl not in ATTN_IMPLS:
     raise ValueError(f"decode attention {attn_impl!r} unknown; use one of {ATTN_IMPLS}")
   B = tok_B.shape[0]
-  S = cache["k"].shape[2]
+  S = cache["k"][0].shape[2]                              # L buffers [B, K, S, H]
   K, N, H = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
   G = N // K
   positions_B1 = pos_B[:, None].astype(jnp.int32)
@@ -123,11 +126,11 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
 
   x_B1D = D._embed(cfg, dparams, tok_B[:, None], dtype, sharder)
   rows_B = jnp.arange(B)
-  k_all, v_all = cache["k"], cache["v"]
+  k_all, v_all = list(cache["k"]), list(cache["v"])
   new_k, new_v = [], []
   for l, lp in enumerate(dparams["layers"]):             # unrolled: static, whole weights
     q, k, v = D._qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
-    k_BKH, v_BKH = k[:, 0].astype(k_all.dtype), v[:, 0].astype(v_all.dtype)
+    k_BKH, v_BKH = k[:, 0].astype(k_all[l].dtype), v[:, 0].astype(v_all[l].dtype)
     if attn_impl == "einsum_readonly":
       attn_B1NH = _decode_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], mask_BS,
                                     k_BKH, v_BKH, True).reshape(B, 1, N, H)
@@ -135,21 +138,22 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
       new_v.append(v_BKH)
       x_B1D = D._attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
       continue
-    k_all = k_all.at[l, rows_B, pos_B].set(k_BKH)      # in place on the loop carry
-    v_all = v_all.at[l, rows_B, pos_B].set(v_BKH)
+    k_all[l] = k_all[l].at[rows_B, :, pos_B].set(k_BKH)   # in place on the loop carry
+    v_all[l] = v_all[l].at[rows_B, :, pos_B].set(v_BKH)
     if attn_impl in ("reduce", "einsum"):
       attn_B1NH = _cached_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], upto_BS,
                                     attn_impl == "einsum").reshape(B, 1, N, H)
     else:
-      attn_B1NH = jax.nn.dot_product_attention(
-          q, k_all[l].astype(q.dtype), v_all[l].astype(q.dtype),
+      attn_B1NH = jax.nn.dot_product_attention(   # takes [B, S, K, H]: a transposed copy
+          q, jnp.swapaxes(k_all[l], 1, 2).astype(q.dtype),
+          jnp.swapaxes(v_all[l], 1, 2).astype(q.dtype),
           key_value_seq_lengths=pos_B.astype(jnp.int32) + 1, implementation=attn_impl)
     x_B1D = D._attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
-  if attn_impl == "einsum_readonly":   # one scatter of the new K/V of all layers
-    k_all = k_all.at[:, rows_B, pos_B].set(jnp.stack(new_k))
-    v_all = v_all.at[:, rows_B, pos_B].set(jnp.stack(new_v))
-  new = {"k": constrain(k_all, CACHE_LOGICAL, sharder),
-         "v": constrain(v_all, CACHE_LOGICAL, sharder)}
+  if attn_impl == "einsum_readonly":   # the new K/V of all layers written after the last layer
+    k_all = [x.at[rows_B, :, pos_B].set(k) for x, k in zip(k_all, new_k)]
+    v_all = [x.at[rows_B, :, pos_B].set(v) for x, v in zip(v_all, new_v)]
+  new = {"k": [constrain(x, CACHE_LOGICAL[1:], sharder) for x in k_all],
+         "v": [constrain(x, CACHE_LOGICAL[1:], sharder) for x in v_all]}
   return _logits(cfg, dparams, x_B1D, sharder), new
 
 

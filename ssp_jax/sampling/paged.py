@@ -82,22 +82,23 @@ def pallas_attention(q_BKGH: jax.Array, kp_KPTH: jax.Array, vp_KPTH: jax.Array,
 
 
 def gather_rows(pool: list, table_RC: jax.Array) -> jax.Array:
-  """Dense view [L, R, C*T, K, H] of rows' pages (for the chunk prefill)."""
+  """Dense view [L, R, K, C*T, H] of rows' pages (the dense cache layout, for the chunk
+  prefill)."""
   R, C = table_RC.shape
   out = []
   for p_KPTH in pool:
     K, _, T, H = p_KPTH.shape
-    out.append(jnp.moveaxis(p_KPTH[:, table_RC].reshape(K, R, C * T, H), 0, 2))
+    out.append(jnp.swapaxes(p_KPTH[:, table_RC].reshape(K, R, C * T, H), 0, 1))
   return jnp.stack(out)
 
 
-def scatter_rows(pool: list, table_RC: jax.Array, dense_LRSKH: jax.Array) -> list:
+def scatter_rows(pool: list, table_RC: jax.Array, dense_LRKSH: jax.Array) -> list:
   """Inverse of gather_rows: writes the dense rows back into their pages."""
   R, C = table_RC.shape
   new = []
   for l, p_KPTH in enumerate(pool):
     K, _, T, H = p_KPTH.shape
-    x = jnp.moveaxis(dense_LRSKH[l], 2, 0).reshape(K, R, C, T, H)
+    x = jnp.swapaxes(dense_LRKSH[l], 0, 1).reshape(K, R, C, T, H)
     new.append(p_KPTH.at[:, table_RC].set(x.astype(p_KPTH.dtype)))
   return new
 
