@@ -5,9 +5,10 @@ Differences from the generic chunk forward, all about memory traffic at T = 1:
     out of a stacked array (and copied) on every step.
   * Each layer writes its new K/V at (row, position) in place into its own carried cache buffer
     ([B, K, S, H], heads before slots), then attends over slots <= position reading that buffer
-    as stored: no slice of a stacked cache and no transpose, so no copy of the cache per step. (The earlier read-only variant, "einsum_readonly", attends
-    over the slots before the query plus its own k/v and scatters all layers' K/V at the end;
-    XLA then copies the whole cache every step, see decode_forward.)
+    as stored: no slice of a stacked cache and no transpose, so no copy of the cache per step
+    (tests/test_rollout_overhead.py reads the compiled loop). The earlier read-only variant,
+    "einsum_readonly", attends over the slots before the query plus its own k/v and writes all
+    layers' K/V at the end; XLA then copies the whole cache every step, see decode_forward.
   * Attention over the cache is two batched GEMMs (`einsum`, the default; on an H200 it is 1.7x
     faster end to end than a multiply-reduce over the cache layout, see bench/RESULTS.md).
 Equality with `forward_with_cache` is tested (tests/test_sampling_parity.py, HF greedy parity).
