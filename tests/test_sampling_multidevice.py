@@ -59,3 +59,33 @@ def test_sharded_paged_equals_single_device_dense(tmp_path):
     assert a.loss_mask == b.loss_mask and a.stop_reason == b.stop_reason
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
   assert sum(t.num_searches for t in single) >= 1
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+@pytest.mark.parametrize("layout_kw", [dict(), dict(kv_layout="paged", page_size=8,
+                                                    decode_attention="gather")],
+                         ids=["dense", "paged"])
+def test_sharded_tail_shrink_equals_single_device(tmp_path, layout_kw):
+  """The tail batch shrinking (rollout.tail_min_batch) on the data x tensor mesh: the batch
+  halves only to multiples of the data axes (8 -> 4 here) and the greedy rollouts equal the
+  single-device engine that never shrinks."""
+  path = make_tiny_checkpoint(str(tmp_path), "qwen2", "chatml", seed=2, heads=4, kv_heads=2)
+  sharder = Sharder(make_mesh((("data", 4), ("tensor", 2))))
+  budgets = [60, 8, 40, 6, 50, 12, 30, 10]
+  outs = []
+  for sh, tmb in ((None, 0), (sharder, 2)):
+    cfg, params = load_params(path, sharder=sh)
+    rc = get_rollout_config()
+    rc.update(dict(dtype="float32", cache_dtype="float32", batch_size=8, cache_min_len=32,
+                   prefill_chunk=16, steps_per_call=12, max_obs_tokens=40, topk=2,
+                   search_open=" ", search_close="e", max_searches=2, tail_min_batch=tmb,
+                   **layout_kw))
+    eng = RolloutEngine(cfg, Tokenizer.from_dir(path), rc, SmallBM25Retriever(), sh)
+    outs.append((eng.generate(params, PROMPTS, jax.random.key(4), temperature=0.0,
+                              max_new_tokens=budgets, stop=["e"]), eng.stats))
+  (single, _), (sharded, stats) = outs
+  assert stats["batch_shrinks"] == 1 and stats["batch_min"] == 4
+  for a, b in zip(single, sharded):
+    assert a.response_ids == b.response_ids
+    assert a.loss_mask == b.loss_mask and a.stop_reason == b.stop_reason
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)

@@ -15,6 +15,8 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.prefill_chunk = 512         # longest chunk prefilled in one call (longer ones are split)
   c.steps_per_call = 256        # decode steps per jitted call (the host services rows between)
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
+  c.tail_min_batch = 16         # no prompt queued and at most half the slots in use: the batch
+                                # halves (rows move to the first slots) down to this; 0 = never
   c.dtype = "bfloat16"          # compute dtype of the forward pass
   c.cache_dtype = "bfloat16"    # KV cache dtype
   c.decode_attention = "einsum" # dense: einsum (batched GEMMs; fastest on H200) | reduce | cudnn |

@@ -60,6 +60,16 @@ def _pow2(n: int) -> int:
   return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
 
+def _chunk_bucket(n: int, cap: int) -> int:
+  """The padded length a prefill piece of n tokens compiles at: 16, 32, 64, then powers of two
+  and 3/4 of them (96, 128, 192, 256, 384, 512, ...), at most cap (a power of two). Pieces pad
+  by at most 1.33x above 64 tokens (2x with powers of two alone) for about twice the shapes."""
+  p = max(16, _pow2(n))
+  if p >= 128 and 3 * p // 4 >= n:
+    p = 3 * p // 4
+  return min(p, cap)
+
+
 def _put(x, dtype=None) -> jax.Array:
   """A host array on the default device. (jnp.asarray of a numpy array compiles a small
   program per new shape; device_put does not.)"""
@@ -211,6 +221,10 @@ class RolloutEngine:
           if rows[b] is None and queue:
             rows[b] = queue.popleft()
       live = [b for b in range(B) if rows[b] is not None]
+      if live and not queue:
+        st, rows = self._shrink(st, rows, live, run)
+        B = len(rows)
+        live = [b for b in range(B) if rows[b] is not None]
       stats["plan_s"] += time.perf_counter() - tp
       if not live:
         break
@@ -223,6 +237,7 @@ class RolloutEngine:
       need = max(rows[b].pos + int(limit[b]) + 1 for b in live)
       st = self._fit_cache(st, need, run)
       exit_after = max(1, math.ceil(float(c.refill_fraction) * len(live)))
+      pos0 = np.array([r.pos if r is not None else 0 for r in rows], np.int64)
       stats["plan_s"] += time.perf_counter() - tp
       td = time.perf_counter()
       st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, _put(limit > 0),
@@ -238,6 +253,12 @@ class RolloutEngine:
       stats["decode_steps"] += int(res.steps)
       stats["slot_steps"] += int(res.steps) * B
       stats["policy_tokens"] += int(res.count_B.sum())
+      # slot-steps without a token: a row that finished (stop, eos, limit) before the call
+      # ended waits for it; an empty (or page-blocked) slot makes nothing for the whole call
+      ran = limit > 0
+      stats["wait_slot_steps"] += int(((int(res.steps) - res.count_B) * ran).sum())
+      stats["empty_slot_steps"] += int(res.steps) * int((~ran).sum())
+      self._count_kv_reads(st, pos0, ran, res, stats)
       call += 1
       ta = time.perf_counter()
       searching = self._absorb(rows, res, run, out)
@@ -250,6 +271,51 @@ class RolloutEngine:
     self.compiled_functions = by_fn
     self.stats = _summary(stats)
     return out
+
+  def _shrink(self, st, rows, live: list[int], run: "_Run"):
+    """With no prompt queued and at most half the slots holding rows, halves the batch (again
+    while that holds) down to rollout.tail_min_batch rows (0: never): the live rows move to the
+    first slots (dense: their cache rows are copied; paged: only table rows move) and the next
+    decode calls run on the smaller batch, whose steps cost less. Each batch size compiles its
+    own programs once. Outputs are unchanged (greedy rollouts equal, tests/test_rollout_shrink.py);
+    sampled tokens draw other random numbers, as any change of slot would."""
+    floor = int(self.cfg.tail_min_batch)
+    B = B2 = len(rows)
+    data = self.sharder.axis_size("act_batch") if self.sharder is not None else 1
+    while floor and B2 % 2 == 0 and B2 // 2 >= max(floor, len(live)) and (B2 // 2) % data == 0:
+      B2 //= 2
+    if B2 == B:
+      return st, rows
+    pad = B2 - len(live)
+    if self.paged:
+      assert all(run.alloc.owned[b] == 0 for b in range(B) if rows[b] is None)
+      run.alloc.take_rows(live, B2)
+    st = S.take_rows(st, _put(live + [live[0]] * pad, np.int32),
+                     _put([True] * len(live) + [False] * pad, bool), sharder=self.sharder)
+    run.stats["batch_shrinks"] += 1
+    run.stats["batch_min"] = B2
+    return st, [rows[b] for b in live] + [None] * pad
+
+  def _count_kv_reads(self, st, pos0, ran, res, stats) -> None:
+    """KV slots the decode attention read in this call (`kv_read_slot_steps`) against the slots
+    the rows that made a token needed (`kv_used_slot_steps`: pos + 1 at each of their steps).
+    Dense attention reads B x S slots a step; paged "gather" B x (its table columns x
+    page_size); paged "pallas" each row's own pos + 1 (a row that is done stays at its last
+    position; an empty slot is counted as one slot). A count, not a timing: the same on every
+    backend."""
+    n, steps = res.count_B.astype(np.int64), int(res.steps)
+    n = n * ran
+    stats["kv_used_slot_steps"] += int((n * (pos0 + 1) + n * (n - 1) // 2).sum())
+    B = len(pos0)
+    if not self.paged:
+      stats["kv_read_slot_steps"] += steps * B * int(st.cache["k"][0].shape[2])
+    elif str(self.cfg.decode_attention) == "pallas":
+      # a row's length grows while it runs, then stays: sum over steps of pos0 + min(i, n) + 1
+      grown = n * (n - 1) // 2 + (steps - n) * n
+      stats["kv_read_slot_steps"] += int((steps * (pos0 + 1) + grown).sum())
+    else:
+      stats["kv_read_slot_steps"] += steps * B * int(st.cache["table"].shape[1]) * int(
+          self.cfg.page_size)
 
   def _limit(self, b: int, r: Optional[_Row], run: "_Run", steps: int) -> int:
     """Tokens row b may generate in the next call (0: inactive)."""
@@ -355,7 +421,7 @@ class RolloutEngine:
     chunk = int(self.cfg.prefill_chunk)
     fed = {b: rows[b].pending[:-1] for b in todo}
     pieces = {b: [fed[b][i:i + chunk] for i in range(0, len(fed[b]), chunk)] for b in todo}
-    bucket = lambda n: min(max(16, _pow2(n)), _pow2(chunk))   # chunk lengths that compile
+    bucket = lambda n: _chunk_bucket(n, _pow2(chunk))   # chunk lengths that compile
     for k in range(max([len(p) for p in pieces.values()] + [0])):
       # Rows are grouped by the bucket of their own piece's length, one call per bucket: a
       # 100-token observation is not padded to the 512 of another row's (rows never interact).
@@ -499,6 +565,8 @@ def _summary(stats) -> dict:
   if out.get("decode_steps"):
     out["decode_ms_per_step"] = 1000.0 * out["decode_s"] / out["decode_steps"]
     out["occupancy"] = out.get("policy_tokens", 0) / out["slot_steps"]
+  if out.get("kv_used_slot_steps"):
+    out["kv_read_over_used"] = out["kv_read_slot_steps"] / out["kv_used_slot_steps"]
   return out
 
 

@@ -56,6 +56,14 @@ class PageAllocator:
     self.table[row] = NULL_PAGE
     self.owned[row] = 0
 
+  def take_rows(self, rows: list[int], size: int) -> None:
+    """Keeps only `rows` (in this order) as rows 0.., in a table of `size` rows; the other
+    rows of the new table own nothing (the batch shrinks; pages do not move)."""
+    table = np.full((size, self.table.shape[1]), NULL_PAGE, np.int32)
+    table[:len(rows)] = self.table[rows]
+    self.owned = [self.owned[b] for b in rows] + [0] * (size - len(rows))
+    self.table = table
+
   @property
   def pages_in_use(self) -> int:
     return sum(self.owned)

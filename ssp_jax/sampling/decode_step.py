@@ -15,6 +15,7 @@ Equality with `forward_with_cache` is tested (tests/test_sampling_parity.py, HF 
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -182,7 +183,10 @@ def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, 
   cos, sin = L_.rope_cos_sin(positions_B1, inv_freq, dtype)
   page_B, off_B = PG.slot_of(table_BC, pos_B.astype(jnp.int32), T)
   len_B = pos_B.astype(jnp.int32) + 1
-  attend = PG.gather_attention if impl == "gather" else PG.pallas_attention
+  if impl == "gather":
+    attend = PG.gather_attention
+  else:   # on a CPU the kernel runs in Pallas's interpret mode (slow; for tests and counts)
+    attend = functools.partial(PG.pallas_attention, interpret=jax.default_backend() == "cpu")
   x_B1D = D._embed(cfg, dparams, tok_B[:, None], dtype, sharder)
   new_k, new_v = [], []
   for l, lp in enumerate(dparams["layers"]):

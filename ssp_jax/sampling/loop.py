@@ -123,6 +123,33 @@ def resize_cache(st: DecodeState, new_len: int, sharder: Optional[Sharder] = Non
   return _constrain_state(st, sharder)
 
 
+def take_rows(st: DecodeState, idx_R: jax.Array, keep_R: jax.Array,
+              sharder: Optional[Sharder] = None) -> DecodeState:
+  """A state of R rows, row i being row idx_R[i] of st (the batch shrinks when few rows are
+  left). Dense: those cache rows are copied; paged: the pools are kept as they are (not passed
+  through a program, which would copy them) and only the page table rows move. Rows where keep_R
+  is False are empty: position 0 and, paged, a table of null pages (so a repeated row never
+  writes into another row's pages)."""
+  if "table" in st.cache:
+    small = _take_rows(st._replace(cache={"table": st.cache["table"]}), idx_R, keep_R, sharder)
+    return small._replace(cache={"k": st.cache["k"], "v": st.cache["v"], **small.cache})
+  return _take_rows(st, idx_R, keep_R, sharder)
+
+
+@functools.partial(jax.jit, static_argnames=("sharder",))
+def _take_rows(st: DecodeState, idx_R, keep_R, sharder) -> DecodeState:
+  if "table" in st.cache:
+    cache = {"table": jnp.where(keep_R[:, None], st.cache["table"][idx_R], PG.NULL_PAGE)}
+  else:
+    cache = {k: [x[idx_R] for x in v] for k, v in st.cache.items()}
+  st = DecodeState(cache, st.tok_B[idx_R], jnp.where(keep_R, st.pos_B[idx_R], 0),
+                   st.window_BM[idx_R])
+  if "table" in cache:   # constrain the per-row parts only (no pools here)
+    vec = lambda x: constrain(x, ("act_batch",) + (None,) * (x.ndim - 1), sharder)
+    return jax.tree.map(vec, st)
+  return _constrain_state(st, sharder)
+
+
 @functools.partial(jax.jit, static_argnames=("cfg", "dtype", "sharder"), donate_argnums=(1,))
 def prefill_rows(cfg: ModelConfig, st: DecodeState, params, rows_R: jax.Array,
                  tokens_RT: jax.Array, start_R: jax.Array, *, dtype=jnp.float32,
