@@ -104,6 +104,8 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
           for _ in range(repeats)]
   count, pre, dec = min(runs, key=lambda r: r[2])
   assert count == B * N, (count, B * N)
+  _profiled(f"single_{name}_b{B}_p{P}_{layout}_{ATTN if layout == 'dense' else PAGED_ATTN}",
+            lambda: _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout))
   return {"bench": "sampler_single_turn", "model": name, "batch": B, "prompt_len": P,
           "new_tokens": N, "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "prefill_s": round(pre, 4), "decode_s": round(dec, 4),
@@ -144,10 +146,25 @@ def _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens):
                  steps_per_call=min(256, max_new), max_obs_tokens=max_obs, kv_layout=layout,
                  kv_max_tokens=kv_max_tokens,
                  decode_attention=ATTN if layout == "dense" else PAGED_ATTN))
+  if TAIL_MIN_BATCH is not None:
+    rc.tail_min_batch = TAIL_MIN_BATCH
   return RolloutEngine(cfg, SyntheticTokenizer(cfg.vocab_size), rc, SmallBM25Retriever())
 
 
 WARMUP = True   # --warmup: an untimed identical run first, so the timed one compiles nothing
+PROFILE = ""    # --profile DIR: one more run of each measurement under the JAX profiler
+TAIL_MIN_BATCH = None   # --tail-min-batch (None: the rollout config's default)
+
+
+def _profiled(tag: str, fn) -> None:
+  """Runs fn once more under jax.profiler (a perfetto trace under PROFILE/tag); its time is not
+  reported (the profiler slows it). bench/trace_summary.py reads the trace."""
+  if not PROFILE:
+    return
+  d = os.path.join(PROFILE, tag)
+  with jax.profiler.trace(d, create_perfetto_trace=True):
+    fn()
+  print(f"sampler.py: profile of {tag} in {d}", file=sys.stderr)
 
 
 def _timed_generate(eng, params, prompts, budgets):
@@ -164,6 +181,10 @@ def _timed_generate(eng, params, prompts, budgets):
   total = sum(len(t.response_ids) for t in trajs)
   reasons = {r: sum(t.stop_reason == r for t in trajs) for r in {t.stop_reason for t in trajs}}
   compile_s = float(eng.stats.get("compile_s", 0.0))   # > 0 only with --no-warmup
+  stats = dict(eng.stats)
+  _profiled(f"engine_b{eng.cfg.batch_size}_{eng.cfg.kv_layout}_{eng.cfg.decode_attention}",
+            lambda: eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets))
+  eng.stats = stats
   return {"wall_s": round(wall, 3), "policy_tok_s": round(policy / wall, 1),
           "compile_s": round(compile_s, 3),
           "policy_tok_s_excl_compile": round(policy / max(wall - compile_s, 1e-9), 1),
@@ -395,12 +416,17 @@ def main(argv=None) -> int:
   p.add_argument("--step-solver-mean", type=float, default=2048.0)
   p.add_argument("--step-sigma", type=float, default=0.8)
   p.add_argument("--step-max-new", type=int, default=8192)
+  p.add_argument("--tail-min-batch", type=int, default=None,
+                 help="rollout.tail_min_batch for the engine runs (0 = the batch never shrinks)")
+  p.add_argument("--profile", default="", metavar="DIR",
+                 help="also run each measurement once more under the JAX profiler, writing a "
+                      "perfetto trace under DIR (read it with bench/trace_summary.py)")
   p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                  help="multi-turn / paper step: an untimed identical run first (compiles); "
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
-  global ATTN, PAGED_ATTN, WARMUP
-  WARMUP = a.warmup
+  global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH
+  WARMUP, PROFILE, TAIL_MIN_BATCH = a.warmup, a.profile, a.tail_min_batch
   PAGED_ATTN = a.paged_attention or ("pallas" if jax.default_backend() == "gpu" else "gather")
   layouts = a.kv_layout.split(",")
   for lay in layouts:

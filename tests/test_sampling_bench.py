@@ -82,3 +82,44 @@ def test_tunix_import_skips_its_package_init_and_names_a_missing_module(tmp_path
     assert why.startswith("missing module 'a_sampler_dependency_not_installed'"), why
   finally:
     drop()
+
+
+def test_profile_writes_a_trace_that_trace_summary_reads(tmp_path):
+  """--profile runs each measurement once more under the JAX profiler; trace_summary.py sums the
+  trace's events per track (here the CPU host threads: no GPU on the runner)."""
+  prof = str(tmp_path / "prof")
+  r = _bench("--tiny", "--multiturn", "--repeats", "1", "--peer", "none", "--no-warmup",
+             "--tail-min-batch", "2", "--profile", prof)
+  assert r.returncode == 0, r.stderr[-2000:]
+  multi = [json.loads(x) for x in r.stdout.splitlines() if '"sampler_multi_turn"' in x][0]
+  e = multi["engine_stats"]   # the timed run's stats, not the profiled one's
+  assert e["policy_tokens"] + e["wait_slot_steps"] + e["empty_slot_steps"] == e["slot_steps"]
+  assert e["kv_read_over_used"] >= 1.0
+  assert sorted(os.listdir(prof)) == ["engine_b8_dense_einsum", "single_tiny_b8_p128_dense_einsum"]
+  s = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "trace_summary.py"), prof,
+                      "--match", "", "--top", "5"], capture_output=True, text=True, timeout=300)
+  assert s.returncode == 0, s.stderr[-2000:]
+  tracks = [json.loads(x) for x in s.stdout.splitlines()]
+  engine = [t for t in tracks if t["trace"].startswith("engine_") and t["thread"] == "python"]
+  assert engine and engine[0]["busy_ms"] > 0 and len(engine[0]["top"]) == 5
+  assert all(0.0 <= t["idle_frac"] <= 1.0 for t in tracks)
+  assert any("generate" in row["name"] for row in engine[0]["top"])
+  gpu = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "trace_summary.py"), prof],
+                       capture_output=True, text=True, timeout=300)   # default: GPU tracks only
+  assert gpu.returncode == 2 and "--match ''" in gpu.stderr and "/host:CPU" in gpu.stderr
+  os.makedirs(tmp_path / "none")
+  empty = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "trace_summary.py"),
+                          str(tmp_path / "none")], capture_output=True, text=True, timeout=60)
+  assert empty.returncode == 2 and "no *.trace.json.gz" in empty.stderr
+
+
+def test_issue14_script_rejects_an_unknown_stage(tmp_path):
+  """bench/issue14_h200.sh (the GPU measurements, run by hand on an H200) parses, and a stage it
+  does not know is an error naming the stages, before anything runs."""
+  script = os.path.join(ROOT, "bench", "issue14_h200.sh")
+  assert subprocess.run(["bash", "-n", script]).returncode == 0
+  r = subprocess.run(["bash", script, str(tmp_path / "out")], capture_output=True, text=True,
+                     env=dict(os.environ, STAGES="z"), timeout=60)
+  assert r.returncode == 2 and "unknown stage 'z' (use a, b, c, d)" in r.stderr
+  r = subprocess.run(["bash", script], capture_output=True, text=True, timeout=60)
+  assert r.returncode == 2 and 'usage: STAGES="a b c d"' in r.stderr

@@ -1,0 +1,109 @@
+"""Summarizes a JAX profiler trace (perfetto JSON) as one JSON object per track.
+
+  python bench/trace_summary.py DIR [--top 25] [--match GPU]
+
+DIR is what `bench/sampler.py --profile DIR` (or `jax.profiler.trace(DIR,
+create_perfetto_trace=True)`) wrote; every `*.trace.json.gz` under it is read. For each track
+(process / thread) whose process name contains `--match` (default: the GPU devices; `""` = all)
+it prints: `events`, `busy_ms` (the union of the events' intervals), `span_ms` (first start to
+last end), `idle_frac` (1 - busy / span: gaps between kernels, e.g. launch overhead) and the
+`top` event names by total time with their count and mean microseconds. Names are grouped after
+stripping a trailing `.N` / `_N` instance number, so `fusion.12` and `fusion.97` add up.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+
+
+def _load(path: str) -> list[dict]:
+  opener = gzip.open if path.endswith(".gz") else open
+  with opener(path, "rt") as f:
+    data = json.load(f)
+  return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def _group(name: str) -> str:
+  return re.sub(r"([._]\d+)+$", "", name)
+
+
+def _busy(intervals: list[tuple[float, float]]) -> float:
+  total, end = 0.0, float("-inf")
+  for a, b in sorted(intervals):
+    if b <= end:
+      continue
+    total += b - max(a, end)
+    end = b
+  return total
+
+
+def summarize(events: list[dict], match: str, top: int) -> list[dict]:
+  procs, threads = {}, {}
+  for e in events:
+    if e.get("ph") == "M" and e.get("name") == "process_name":
+      procs[e["pid"]] = e["args"]["name"]
+    elif e.get("ph") == "M" and e.get("name") == "thread_name":
+      threads[(e["pid"], e["tid"])] = e["args"]["name"]
+  by_track = collections.defaultdict(list)
+  for e in events:
+    if e.get("ph") == "X" and "dur" in e:
+      pname = procs.get(e["pid"], str(e["pid"]))
+      if match and match not in pname:
+        continue
+      by_track[(pname, threads.get((e["pid"], e["tid"]), str(e["tid"])))].append(e)
+  out = []
+  for (pname, tname), evs in sorted(by_track.items()):
+    iv = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in evs]
+    span = max(b for _, b in iv) - min(a for a, _ in iv)
+    busy = _busy(iv)
+    agg = collections.defaultdict(lambda: [0.0, 0])
+    for e in evs:
+      a = agg[_group(e["name"])]
+      a[0] += float(e["dur"])
+      a[1] += 1
+    rows = sorted(agg.items(), key=lambda kv: -kv[1][0])[:top]
+    out.append({"process": pname, "thread": tname, "events": len(evs),
+                "busy_ms": round(busy / 1e3, 3), "span_ms": round(span / 1e3, 3),
+                "idle_frac": round(1 - busy / span, 4) if span else 0.0,
+                "top": [{"name": n, "total_ms": round(t / 1e3, 3), "count": c,
+                         "mean_us": round(t / c, 2), "frac_of_busy": round(t / busy, 4)}
+                        for n, (t, c) in rows]})
+  return out
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("dir")
+  p.add_argument("--top", type=int, default=25)
+  p.add_argument("--match", default="GPU", help="keep tracks whose process name contains this")
+  a = p.parse_args(argv)
+  paths = sorted(glob.glob(os.path.join(a.dir, "**", "*.trace.json.gz"), recursive=True)
+                 + glob.glob(os.path.join(a.dir, "**", "*trace.json"), recursive=True))
+  if not paths:
+    print(f"trace_summary.py: no *.trace.json.gz under {a.dir}; profile with "
+          f"`bench/sampler.py --profile {a.dir}`", file=sys.stderr)
+    return 2
+  printed, names = 0, set()
+  for path in paths:
+    events = _load(path)
+    names |= {e["args"]["name"] for e in events
+              if e.get("ph") == "M" and e.get("name") == "process_name"}
+    for track in summarize(events, a.match, a.top):
+      print(json.dumps({"trace": os.path.relpath(path, a.dir), **track}), flush=True)
+      printed += 1
+  if not printed:
+    print(f"trace_summary.py: no track's process name contains {a.match!r} (processes: "
+          f"{sorted(names)}); pass --match with one of them, or --match '' for all",
+          file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
