@@ -299,7 +299,8 @@ class RolloutEngine:
   def _count_kv_reads(self, st, pos0, ran, res, stats) -> None:
     """KV slots the decode attention read in this call (`kv_read_slot_steps`) against the slots
     the rows that made a token needed (`kv_used_slot_steps`: pos + 1 at each of their steps).
-    Dense attention reads B x S slots a step; paged "gather" B x (its table columns x
+    Dense attention reads B x S slots a step (counted so for "cudnn" too, whose kernel may skip
+    blocks past a row's length); paged "gather" B x (its table columns x
     page_size); paged "pallas" each row's own pos + 1 (a row that is done stays at its last
     position; an empty slot is counted as one slot). A count, not a timing: the same on every
     backend."""
