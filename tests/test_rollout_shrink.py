@@ -64,3 +64,8 @@ def test_take_rows_moves_rows_and_empties_the_rest():
   pages2 = a.table[2].tolist()
   a.take_rows([2, 0], 2)
   assert a.table.shape == (2, 3) and a.table[0].tolist() == pages2 and a.owned == [3, 2]
+
+
+def test_negative_tail_min_batch_names_the_field(model):
+  with pytest.raises(ValueError, match="rollout.tail_min_batch=-1 must be >= 0"):
+    _engine(model, None, tail_min_batch=-1)

@@ -113,6 +113,9 @@ class RolloutEngine:
     if self.cfg.kv_layout not in ("dense", "paged"):
       raise ValueError(f"rollout.kv_layout={self.cfg.kv_layout!r} unknown; use 'dense' or 'paged'")
     self.paged = self.cfg.kv_layout == "paged"
+    if int(self.cfg.tail_min_batch) < 0:
+      raise ValueError(f"rollout.tail_min_batch={self.cfg.tail_min_batch} must be >= 0 "
+                       f"(the smallest batch the tail shrinks to; 0 = never shrink)")
     if tokenizer.vocab_size > model_cfg.vocab_size:
       raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size "
                        f"is {model_cfg.vocab_size}; use the tokenizer of this checkpoint")
