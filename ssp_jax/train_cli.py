@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     prepare_workdir(config, write=jax.process_index() == 0)  # other hosts share the workdir
     if config.get("game", "ssp") != "svs" and config.retrieval.url:
       probe_retriever(config.retrieval)
+    if config.get("game", "ssp") != "svs":
+      probe_judge(config)
   except SetupError as e:
     print(f"ssp-jax train: {e}", file=sys.stderr)
     return 2
@@ -130,6 +132,17 @@ def probe_retriever(rcfg) -> None:
     logging.getLogger(__name__).warning("%s; continuing (retrieval.on_unreachable=warn): "
                                         "failed searches are counted in search/failed_rate",
                                         msg)
+
+
+def probe_judge(config) -> None:
+  """One tiny chat request to each endpoint URL the run calls (`ssp.rag.verifier`,
+  `ssp.judge.source`) before any model is loaded: unreachable, a refused key or an unknown model
+  is a SetupError naming the field and the fix (`ssp_jax.ssp.build.probe_endpoints`)."""
+  from ssp_jax.ssp import build, remote
+  try:
+    build.probe_endpoints(config)
+  except (remote.RemoteError, ValueError) as e:
+    raise SetupError(str(e)) from None
 
 
 def distributed_kwargs(environ=os.environ) -> dict:

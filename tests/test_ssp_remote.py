@@ -96,11 +96,13 @@ def test_rag_fails_closed_and_judge_failures_are_counted():
     r, _ = rewards.solver_rewards(["<answer> the author of Moby-Dick </answer>"],
                                   ["Herman Melville"], ["Who?"], mode="em_then_judge",
                                   judge=judge)
-    assert r == [1.0] and judge.counts == {"asked": 1, "correct": 1, "failed": 0}
+    answers = lambda: {k: judge.counts[k] for k in ("asked", "correct", "failed")}
+    assert r == [1.0] and answers() == {"asked": 1, "correct": 1, "failed": 0}
+    assert judge.counts["deadline_skipped"] == judge.counts["http_retries"] == 0
     stub.status = 500             # endpoint down from here on
     r, _ = rewards.solver_rewards(["<answer> x </answer>", "<answer> y </answer>"],
                                   ["a", "b"], ["q1", "q2"], mode="em_then_judge", judge=judge)
-    assert r == [0.0, 0.0] and judge.counts == {"asked": 3, "correct": 1, "failed": 2}
+    assert r == [0.0, 0.0] and answers() == {"asked": 3, "correct": 1, "failed": 2}
     verdicts = rag.verify(chat, ["q1"], ["Doc 1 (Title: a) a"], ["a"], max_new_tokens=8,
                           temperature=0.1)
     assert [v.reason for v in verdicts] == [rag.VERIFIER_ERROR]

@@ -85,9 +85,7 @@ def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed
   if source == "policy":
     return game_lib.PolicyText(policy_engine, params_fn, seed)
   if remote.is_url(source):
-    j = config.ssp.judge
-    return remote.OpenAIChat(source, j.model, timeout_s=j.timeout_s, retries=j.retries,
-                             max_concurrency=j.max_concurrency)
+    return chat_client(source, config.ssp.judge)
   frozen_cache = {} if frozen_cache is None else frozen_cache
   if source not in frozen_cache:
     from ssp_jax.rollout import RolloutEngine
@@ -96,6 +94,65 @@ def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed
     frozen_cache[source] = (RolloutEngine(cfg, tok, config.rollout, None, sharder), params)
   engine, params = frozen_cache[source]
   return game_lib.PolicyText(engine, lambda: params, seed)
+
+
+def chat_client(url: str, jcfg, **overrides) -> remote.OpenAIChat:
+  """The endpoint client of `url` with the `ssp.judge` settings (`overrides` replace some, e.g.
+  for the start-up probe). The API key is read here from the environment variable that
+  `ssp.judge.api_key_env` names, so it is never part of the config."""
+  key = remote.api_key(jcfg.get("api_key_env", ""))
+  kw = dict(timeout_s=jcfg.timeout_s, retries=jcfg.retries, max_concurrency=jcfg.max_concurrency,
+            call_deadline_s=jcfg.get("call_deadline_s", 120.0),
+            step_deadline_s=jcfg.get("step_deadline_s", 0.0),
+            max_reply_bytes=jcfg.get("max_reply_bytes", 1 << 20),
+            max_retry_after_s=jcfg.get("max_retry_after_s", 60.0))
+  kw.update(overrides)
+  return remote.OpenAIChat(url, jcfg.model, api_key=key, **kw)
+
+
+def uses_judge(config) -> bool:
+  """Whether the run asks the judge (`ssp.judge.source`) anything."""
+  s = config.ssp
+  return s.reward.solver in ("judge", "em_then_judge") or s.rag.use_judge or bool(config.eval.judge)
+
+
+def endpoint_fields(config) -> list[tuple[str, str]]:
+  """(config field, URL) of each endpoint the run will call: `ssp.rag.verifier` (when the RAG
+  check is on) and `ssp.judge.source` (when the judge is used), each URL once."""
+  s, out = config.ssp, []
+  if s.rag.enabled and remote.is_url(s.rag.verifier):
+    out.append(("ssp.rag.verifier", s.rag.verifier))
+  if uses_judge(config) and remote.is_url(s.judge.source) and \
+      s.judge.source not in [u for _, u in out]:
+    out.append(("ssp.judge.source", s.judge.source))
+  return out
+
+
+PROBE_DEADLINE_S = 30.0
+
+
+def probe_endpoints(config) -> None:
+  """One tiny chat request to each endpoint of `endpoint_fields` (one retry, at most
+  PROBE_DEADLINE_S), before any model is loaded; raises `remote.RemoteError` with one line
+  naming the field and the fix."""
+  j = config.ssp.judge
+  for field, url in endpoint_fields(config):
+    chat = chat_client(url, j, retries=min(1, int(j.retries)), backoff_s=0.2,
+                       call_deadline_s=min(float(j.get("call_deadline_s", 120.0)),
+                                           PROBE_DEADLINE_S))
+    try:
+      remote.probe(chat)
+    except remote.RemoteError as e:
+      if e.status in (401, 403):
+        fix = ("set --config.ssp.judge.api_key_env to the name of the environment variable "
+               "that holds a key this server accepts")
+      elif e.status == 404:
+        fix = (f"set --config.ssp.judge.model to a model the server serves (GET "
+               f"{url.rstrip('/')}/models lists them) or fix the URL")
+      else:
+        fix = f"start the server, fix the URL, or set --config.{field}=policy"
+      raise remote.RemoteError(f"config.{field}={url!r} failed the start-up probe: {e}; {fix}",
+                               status=e.status) from None
 
 
 def build(config) -> Components:
@@ -123,8 +180,7 @@ def build(config) -> Components:
   verifier = _text_generator(config.ssp.rag.verifier, engine, policy, config, sharder,
                              config.seed + 1, frozen_cache)
   judge = None
-  if config.ssp.reward.solver in ("judge", "em_then_judge") or config.ssp.rag.use_judge or \
-      config.eval.judge:
+  if uses_judge(config):
     judge = rewards.Judge(_text_generator(config.ssp.judge.source, engine, policy, config,
                                           sharder, config.seed + 2, frozen_cache),
                           max_new_tokens=config.ssp.judge.max_new_tokens,

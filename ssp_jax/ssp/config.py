@@ -50,9 +50,21 @@ def get_ssp_config() -> ml_collections.ConfigDict:
   c.judge.source = "policy"     # "policy", a local checkpoint path, or an OpenAI-compatible
                                 # endpoint URL (original: Qwen2.5-32B-Instruct served by vLLM)
   c.judge.model = ""            # served model name sent to a URL source (judge and verifier)
-  c.judge.timeout_s = 30.0      # per HTTP request to a URL source (original OpenAI client: 30 s)
-  c.judge.retries = 3           # retries on connection errors, timeouts, 5xx (original: 3)
+  c.judge.timeout_s = 30.0      # per socket wait (connect, a read) of a URL source (original
+                                # OpenAI client: 30 s per request)
+  c.judge.retries = 3           # retries on connection errors, timeouts, 5xx, 429 (original: 3)
   c.judge.max_concurrency = 32  # requests in flight to a URL source
+  c.judge.call_deadline_s = 120.0  # total per call to a URL source: connect, send, every read,
+                                   # all retries and their waits (a dripping server included)
+  c.judge.step_deadline_s = 600.0  # endpoint time per step and client (judge; a URL verifier
+                                   # has its own): once spent, the step's remaining calls are
+                                   # not made (failures, counted in judge/deadline_skipped);
+                                   # 0 = no limit
+  c.judge.max_reply_bytes = 1 << 20  # longer replies are failures (judge/reply_too_large)
+  c.judge.max_retry_after_s = 60.0   # longest Retry-After wait honoured on 429/503
+  c.judge.api_key_env = ""      # NAME of the environment variable holding the API key, sent as
+                                # "Authorization: Bearer ..." (e.g. "OPENAI_API_KEY"; "" = none);
+                                # the key itself never goes in the config or the URL
   c.judge.max_new_tokens = 10
   c.judge.temperature = 0.1
 

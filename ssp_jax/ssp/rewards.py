@@ -30,7 +30,8 @@ class Judge:
 
   `counts` holds, since the last `reset_counts()`, the answers sent to the judge (`asked`), those
   judged correct (`correct`) and those whose judgement failed (`failed`: the generator raised or
-  returned the wrong number of replies; the callers score them as wrong)."""
+  returned the wrong number of replies; the callers score them as wrong). A generator with its
+  own `counts` and `reset_counts` (an endpoint client: retries, deadline skips, ...) adds them."""
 
   def __init__(self, generator, *, max_new_tokens: int = 10, temperature: float = 0.1):
     self.generator = generator
@@ -40,6 +41,9 @@ class Judge:
 
   def reset_counts(self) -> None:
     self.counts = {"asked": 0, "correct": 0, "failed": 0}
+    if hasattr(self.generator, "reset_counts"):
+      self.generator.reset_counts()
+      self.counts.update(self.generator.counts)
 
   def judge(self, questions: Sequence[str], predictions: Sequence[str],
             references: Sequence[Answer]) -> list[bool]:
@@ -56,6 +60,9 @@ class Judge:
     except Exception:
       self.counts["failed"] += len(msgs)
       raise
+    finally:
+      if hasattr(self.generator, "reset_counts"):
+        self.counts.update(self.generator.counts)
     ok = [parse_verdict(t) for t in texts]
     self.counts["correct"] += sum(ok)
     return ok

@@ -6,7 +6,7 @@ import os
 from models import registry as model_registry
 from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
 from ssp_jax.rl.config import UPDATE_SCHEDULES
-from ssp_jax.ssp import game, remote, replay, rewards
+from ssp_jax.ssp import game, http_deadline, remote, replay, rewards
 
 
 class ConfigError(ValueError):
@@ -93,6 +93,7 @@ def validate_config(config) -> None:
   _path("retrieval.index_dir", config.retrieval.index_dir)
   _choice("retrieval.on_unreachable", config.retrieval.get("on_unreachable", "error"),
           ("error", "warn"))
+  _check_endpoint_client(s)
   for name, source in (("ssp.rag.verifier", s.rag.verifier), ("ssp.judge.source", s.judge.source)):
     if remote.is_url(source):
       if not s.judge.model:
@@ -102,12 +103,42 @@ def validate_config(config) -> None:
     elif source != "policy" and not os.path.exists(os.path.expanduser(source)):
       raise ConfigError(f"config.{name}={source!r} does not exist; give \"policy\", a local "
                         "checkpoint directory, or an http(s):// OpenAI-compatible endpoint URL")
-  _positive("ssp.judge.max_concurrency", s.judge.max_concurrency)
-  _positive("ssp.judge.retries", s.judge.retries, minimum=0)
-  if s.judge.timeout_s <= 0:
-    raise ConfigError(f"config.ssp.judge.timeout_s={s.judge.timeout_s} must be > 0")
   _choice("rl.update_schedule", config.rl.update_schedule, UPDATE_SCHEDULES)
   if config.eval.every_steps or config.eval.get("at_start", False):
     for name, spec in config.eval.datasets.items():
       if ":" not in spec.split("/")[0]:        # a file path (not builtin:/tfds: specs)
         _path(f"eval.datasets.{name}", spec)
+
+
+def _check_endpoint_client(s) -> None:
+  """The `ssp.judge` client settings, and no secret in an endpoint URL (it would be logged in
+  warnings and saved in config.json): the key comes from `ssp.judge.api_key_env`. No message
+  here echoes a URL that holds credentials, nor a key."""
+  j = s.judge
+  urls = [(name, source) for name, source in (("ssp.rag.verifier", s.rag.verifier),
+                                              ("ssp.judge.source", j.source))
+          if remote.is_url(source)]
+  for name, source in urls:
+    bad = http_deadline.credentials_in(source)
+    if bad:
+      raise ConfigError(f"config.{name} has credentials in its URL ({bad}); remove them and put "
+                        "the key in an environment variable named by "
+                        "--config.ssp.judge.api_key_env (e.g. OPENAI_API_KEY)")
+  _positive("ssp.judge.max_concurrency", j.max_concurrency)
+  _positive("ssp.judge.retries", j.retries, minimum=0)
+  _positive("ssp.judge.max_reply_bytes", j.get("max_reply_bytes", 1 << 20))
+  for field in ("timeout_s", "call_deadline_s"):
+    if float(j.get(field, 1.0)) <= 0:
+      raise ConfigError(f"config.ssp.judge.{field}={j[field]} must be > 0")
+  for field in ("step_deadline_s", "max_retry_after_s"):
+    if float(j.get(field, 0.0)) < 0:
+      raise ConfigError(f"config.ssp.judge.{field}={j[field]} must be >= 0 (step_deadline_s: 0 "
+                        "= no limit)")
+  name = j.get("api_key_env", "")
+  try:
+    if name:
+      remote.check_key_env_name(name)
+    if urls:   # an unset key variable is caught here, before any work
+      remote.api_key(name)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
