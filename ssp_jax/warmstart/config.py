@@ -18,4 +18,8 @@ def get_warmstart_config() -> ml_collections.ConfigDict:
                          # are dropped
   c.remat = "full"       # activation recompute in the SFT step (none | full | dots ...)
   c.seed = 0             # which answers are used, and the batch order
+  c.demos = "blank"      # "blank": fill-in-the-blank questions from the answer set's passages
+                         # (one question form); "world": the train questions of the run's world
+                         # (`ssp.world_dir`), many forms and 1-3 hops, replayed with the real
+                         # retriever (ssp_jax/warmstart/world_demos.py)
   return c

@@ -47,18 +47,45 @@ def cache_key(config) -> str:
   from retrieval.corpus import default_corpus_path
   from retrieval.search import _file_digest as _digest
   model = config.model.path or models.checkpoint.default_model_path()
-  parts = (VERSION, _file_id(model), config.model.chat_format, config.warmstart.to_dict(),
+  w = {k: v for k, v in config.warmstart.to_dict().items()   # the default demos keep old keys
+       if not (k == "demos" and v == "blank")}
+  parts = (VERSION, _file_id(model), config.model.chat_format, w,
            _digest(_answers_path(config)), _digest(default_corpus_path()),
            config.retrieval.url or config.retrieval.index_dir or "default-index",
            config.rollout.topk, config.rollout.max_obs_tokens, config.ssp.filters.to_dict(),
            config.ssp.default_hops, config.rl.compute_dtype, config.ssp.rag.noise_docs,
            config.ssp.rag.enabled)
+  if config.warmstart.get("demos", "blank") == "world":   # the world's files, not the shipped ones
+    world_dir = config.ssp.get("world_dir", "")
+    parts += tuple(_digest(os.path.join(world_dir, f))
+                   for f in ("qa_train.jsonl", "world.json", "corpus.jsonl"))
   return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+
+
+DEMO_SOURCES = ("blank", "world")
 
 
 def build_demos(config, tokenizer, retriever) -> list[demos_lib.Demo]:
   from ssp_jax.ssp import filters
   w = config.warmstart
+  kind = w.get("demos", "blank")
+  if kind not in DEMO_SOURCES:
+    raise ValueError(f"warmstart.demos={kind!r} is not one of {DEMO_SOURCES}")
+  if kind == "world":
+    from ssp_jax.warmstart import world_demos
+    world_dir = config.ssp.get("world_dir", "")
+    if not world_dir:
+      raise ValueError("warmstart.demos='world' needs ssp.world_dir (a directory written by "
+                       "`ssp-jax world build`)")
+    want = int(w.sources)
+    sources = world_demos.load_world_sources(world_dir, limit=max(8 * want, 256), seed=w.seed)
+    return world_demos.build_world_demos(
+        sources, retriever, tokenizer, topk=config.rollout.topk,
+        max_obs_tokens=config.rollout.max_obs_tokens,
+        filter_cfg=filters.FilterConfig.from_config(config.ssp.filters),
+        max_searches=int(config.rollout.max_searches), want=want,
+        want_solvers=w.solver_sources,
+        noise_docs=config.ssp.rag.noise_docs if config.ssp.rag.enabled else 0, seed=w.seed)
   sources = demos_lib.load_sources(_answers_path(config), default_hops=config.ssp.default_hops,
                                    seed=w.seed)
   return demos_lib.build_demos(
