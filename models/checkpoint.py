@@ -22,7 +22,7 @@ from typing import Optional
 import jax.numpy as jnp
 
 from models import gguf_io, hf_io, registry
-from models.cache import cache_root
+from models.cache import cache_root, ensure_writable
 from models.config import ModelConfig
 from models.decoder import Params
 from models.sharding import Sharder
@@ -55,7 +55,7 @@ def gguf_tokenizer_dir(path: str, config: Optional[ModelConfig] = None) -> str:
   out = os.path.join(cache_root(), f"{stem}-{hashlib.sha256(key).hexdigest()[:12]}")
   if os.path.exists(os.path.join(out, "tokenizer_config.json")):
     return out
-  os.makedirs(cache_root(), exist_ok=True)
+  ensure_writable(cache_root(), 0, "the GGUF tokenizer export")   # one line, not an OSError
   tmp = tempfile.mkdtemp(prefix=".export-", dir=cache_root())
   try:
     gguf_io.export_gguf_tokenizer(path, tmp, config)

@@ -93,6 +93,13 @@ def test_full_cache_stops_the_warm_start_before_it_trains(assets, tmp_path, monk
   assert "workdir" not in line
 
 
+def test_unwritable_cache_stops_a_gguf_tokenizer_export(tmp_path, monkeypatch):
+  import models.checkpoint
+  cache = _blocked_cache(tmp_path, monkeypatch)
+  with pytest.raises(models.cache.CacheError, match=f"{cache}.*not writable.*SSP_JAX_CACHE"):
+    models.checkpoint.gguf_tokenizer_dir(__file__)     # fails before the file is parsed
+
+
 def test_cache_errors_are_not_taken_for_workdir_faults(tmp_path):
   """`ssp-jax train` turns OSErrors of a full or read-only disk into a workdir message; a
   CacheError carries neither the OS's text nor a chained OSError."""

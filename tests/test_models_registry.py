@@ -215,4 +215,4 @@ def test_full_cache_and_a_write_that_fails_during_the_join(env, monkeypatch):
   with pytest.raises(registry.cache.CacheError) as e:
     registry.resolve("registry:fake-tiny")
   assert "no space left on device" in str(e.value) and "SSP_JAX_CACHE" in str(e.value)
-  assert e.value.__context__ is None      # nothing for `train`'s disk handler to blame on the workdir
+  assert e.value.__context__ is None   # nothing for `train`'s disk handler to blame on the workdir
