@@ -118,9 +118,16 @@ def test_edge_values_that_mean_off_are_valid():
     _validator(config)(config)
 
 
-def test_replay_capacity_and_paths_that_are_directories(tmp_path):
+def test_game_temperatures_and_replay_capacity(tmp_path):
+  with pytest.raises(ConfigError, match=r"config\.ssp\.temperature=-1\.0 .*0 <= temperature"):
+    validate_ssp(_overridden(TINY, [("ssp.temperature", "-1")]))
+  with pytest.raises(ConfigError, match=r"config\.svs\.temperature=-0.5 .*0 <= temperature"):
+    validate_svs(_overridden(SVS_TINY, [("svs.temperature", "-0.5")]))
   with pytest.raises(ConfigError, match=r"config\.ssp\.fill\.capacity=0 .*1 <= capacity"):
     validate_ssp(_overridden(TINY, [("ssp.fill.capacity", "0")]))
+
+
+def test_paths_that_are_directories(tmp_path):
   with pytest.raises(ConfigError, match=r"config\.ssp\.answers_path=.* is a directory"):
     validate_ssp(_overridden(TINY, [("ssp.answers_path", str(tmp_path))]))
   with pytest.raises(ConfigError, match=r"config\.svs\.train_path=.* is a directory"):

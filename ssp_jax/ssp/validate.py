@@ -77,22 +77,29 @@ def check_sections(config) -> None:
     raise ConfigError(str(e)) from None
 
 
-def check_fill(fill) -> None:
-  """The `ssp.fill` section: a replay buffer of capacity 0 keeps nothing (every step would pad
-  with dummies without saying so)."""
+def in_range(section: str, cfg, name: str, *bounds, **kw) -> None:
+  """`ssp_jax.config_ranges.check_range` raising ConfigError."""
   try:
-    check_range("ssp.fill", fill, "capacity", 1)
-    check_range("ssp.fill", fill, "max_resample_rounds", 1)
-    check_range("ssp.fill", fill, "max_solve_rate", 0, 1)
+    check_range(section, cfg, name, *bounds, **kw)
   except RangeError as e:
     raise ConfigError(str(e)) from None
+
+
+def check_game_values(s) -> None:
+  """The SSP game's own numbers: its rollout temperature (the one both roles sample with), and
+  the `ssp.fill` section (a replay buffer of capacity 0 keeps nothing: every step would pad with
+  dummies without saying so)."""
+  in_range("ssp", s, "temperature", 0, note="0 = greedy")
+  in_range("ssp.fill", s.fill, "capacity", 1)
+  in_range("ssp.fill", s.fill, "max_resample_rounds", 1)
+  in_range("ssp.fill", s.fill, "max_solve_rate", 0, 1)
 
 
 def validate_config(config) -> None:
   """Raises ConfigError on the first problem found."""
   s = config.ssp
   check_sections(config)
-  check_fill(s.fill)
+  check_game_values(s)
   check_budgets(config, {"ssp.proposer_max_new_tokens": s.proposer_max_new_tokens,
                          "ssp.solver_max_new_tokens": s.solver_max_new_tokens})
   _positive("ssp.rag.max_new_tokens", s.rag.max_new_tokens)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
 from ssp_jax.ssp.validate import (ConfigError, _choice, _path, _positive, check_budgets,
-                                  check_sections)
+                                  check_sections, in_range)
 from ssp_jax.svs.prompts import SYNTHESIS_PROMPTS
 
 GROUP_ESTIMATORS = ("grpo", "rloo")
@@ -29,6 +29,7 @@ def validate_config(config) -> None:
     raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
   _positive("total_steps", config.total_steps)
   check_sections(config)
+  in_range("svs", s, "temperature", 0, note="0 = greedy; the rollout temperature of every section")
   check_budgets(config, {"svs.solve_max_new_tokens": s.solve_max_new_tokens,
                          "svs.synth_max_new_tokens": s.synth_max_new_tokens})
   _positive("svs.batch_size", s.batch_size)
