@@ -6,7 +6,8 @@
   cfg, params, tokenizer_dir = load_checkpoint("registry:qwen2.5-coder-0.5b-instruct")  # models/registry.py
 
 `tokenizer_dir` is a directory `transformers.AutoTokenizer.from_pretrained` loads offline. For a
-GGUF it is exported once into a cache directory ($SSP_JAX_CACHE, default ~/.cache/ssp_jax) named
+GGUF it is exported once into the cache directory (models/cache.py: $SSP_JAX_CACHE, default
+~/.cache/ssp-jax) named
 after the file and a hash of its path, size and mtime, and reused afterwards.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Optional
 import jax.numpy as jnp
 
 from models import gguf_io, hf_io, registry
+from models.cache import cache_root, ensure_writable
 from models.config import ModelConfig
 from models.decoder import Params
 from models.sharding import Sharder
@@ -45,11 +47,6 @@ def default_model_path() -> str:
                           f"{DEFAULT_DISTRIBUTION}")
 
 
-def cache_root() -> str:
-  return os.environ.get("SSP_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                         "ssp_jax")
-
-
 def gguf_tokenizer_dir(path: str, config: Optional[ModelConfig] = None) -> str:
   """The exported tokenizer directory of a GGUF file, exported on first use (atomic rename)."""
   st = os.stat(path)
@@ -58,7 +55,7 @@ def gguf_tokenizer_dir(path: str, config: Optional[ModelConfig] = None) -> str:
   out = os.path.join(cache_root(), f"{stem}-{hashlib.sha256(key).hexdigest()[:12]}")
   if os.path.exists(os.path.join(out, "tokenizer_config.json")):
     return out
-  os.makedirs(cache_root(), exist_ok=True)
+  ensure_writable(cache_root(), 0, "the GGUF tokenizer export")   # one line, not an OSError
   tmp = tempfile.mkdtemp(prefix=".export-", dir=cache_root())
   try:
     gguf_io.export_gguf_tokenizer(path, tmp, config)

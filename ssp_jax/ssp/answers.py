@@ -1,8 +1,9 @@
 """The answer set: JSONL lines `{"ground_truth": str | [str], "search_turns": int,
 "sys_question_example": optional str | [str]}` (the layout of the original 50k-answer file).
 
-Read streaming; a bad line (not UTF-8, not JSON, no usable ground truth, a hop count that is not
-an integer in 1..MAX_HOPS) is skipped and counted,
+Read streaming; a bad line (not UTF-8, not JSON, nested too deeply to parse, no usable ground
+truth -- empty, or a NaN/Infinity number, which would become the answer "nan" -- a hop count that
+is not an integer in 1..MAX_HOPS) is skipped and counted,
 and the first offender is reported with its line number, so one broken line never kills a run.
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 from typing import Any, Iterator, Optional
 
@@ -37,23 +39,37 @@ class LoadStats:
     return msg
 
 
+def _no_constant(name: str):
+  raise ValueError(f"{name} is not a usable value")
+
+
+def _finite(value) -> bool:
+  """Numbers (from JSON) usable as an answer's text: not NaN or +-Infinity (1e999 parses as inf)."""
+  return not isinstance(value, float) or math.isfinite(value)
+
+
 def parse_line(line: str, default_hops: int = 2) -> AnswerItem:
   """One JSONL line -> AnswerItem. Raises ValueError with the reason."""
   try:
-    rec = json.loads(line)
+    rec = json.loads(line, parse_constant=_no_constant)   # NaN, Infinity, -Infinity
   except json.JSONDecodeError as e:
     raise ValueError(f"not JSON ({e.msg})") from None
+  except RecursionError:
+    raise ValueError("JSON nested too deeply to parse") from None
   if not isinstance(rec, dict):
     raise ValueError("not a JSON object")
   gt = rec.get("ground_truth", rec.get("answer", rec.get("golden_answers")))
   if isinstance(gt, dict):           # {"target": [...]} as in the original preprocessing
     gt = gt.get("target")
   if isinstance(gt, (int, float)) and not isinstance(gt, bool):
+    if not _finite(gt):
+      raise ValueError(f"`ground_truth` {gt!r} is not a finite number")
     gt = str(gt)
   if isinstance(gt, str):
     ok = bool(gt.strip())
   elif isinstance(gt, list):
-    gt = [str(g) for g in gt if isinstance(g, (str, int, float)) and str(g).strip()]
+    gt = [str(g) for g in gt if isinstance(g, (str, int, float)) and not isinstance(g, bool)
+          and _finite(g) and str(g).strip()]
     ok = bool(gt)
   else:
     ok = False
@@ -80,6 +96,9 @@ def iter_answers(path: str, stats: LoadStats, default_hops: int = 2) -> Iterator
   if not os.path.exists(path):
     raise FileNotFoundError(f"answer set {path!r} does not exist; set config.ssp.answers_path "
                             "(make one with `python -m ssp_jax.tools.make_answer_set`)")
+  if os.path.isdir(path):
+    raise ValueError(f"answer set {path!r} is a directory; set config.ssp.answers_path to the "
+                     "JSONL file in it")
   with open(path, "rb") as f:
     for lineno, raw in enumerate(f, 1):
       if not raw.strip():

@@ -4,8 +4,10 @@ from __future__ import annotations
 import os
 
 from models import registry as model_registry
+from ssp_jax.config_ranges import RangeError, check_range
 from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
-from ssp_jax.rl.config import UPDATE_SCHEDULES
+from ssp_jax.rl.config import UPDATE_SCHEDULES, check_rl_config
+from ssp_jax.rollout.config import check_rollout_config
 from ssp_jax.ssp import game, http_deadline, remote, replay, rewards
 
 
@@ -18,16 +20,22 @@ def _choice(name: str, value, allowed) -> None:
     raise ConfigError(f"config.{name}={value!r} is not one of {tuple(allowed)}")
 
 
-def _path(name: str, value: str, special=("",)) -> None:
+def _path(name: str, value: str, special=("",), file: bool = False) -> None:
+  """An existing local path (or a registry model, or one of `special`); `file`: a file, not a
+  directory (a directory there would fail later with IsADirectoryError, after the model load)."""
   if value.startswith(model_registry.PREFIX):  # an offline model joined from registry packages
     try:
       model_registry.lookup(value)
     except ValueError as e:
       raise ConfigError(f"config.{name}={value!r}: {e}") from None
     return
-  if value not in special and not os.path.exists(os.path.expanduser(value)):
+  if value in special:
+    return
+  if not os.path.exists(os.path.expanduser(value)):
     raise ConfigError(f"config.{name}={value!r} does not exist; give a local path "
                       f"(no downloads at run time) or {special[-1]!r} for the default")
+  if file and os.path.isdir(os.path.expanduser(value)):
+    raise ConfigError(f"config.{name}={value!r} is a directory; give the path of a file in it")
 
 
 def _positive(name: str, value, minimum: int = 1) -> None:
@@ -54,9 +62,44 @@ def check_budgets(config, role_budgets: dict) -> None:
                       "leaves no response token to train on; raise rl.max_len")
 
 
+def check_sections(config) -> None:
+  """The value ranges of the sections SSP and SvS share (`rl`, `rollout`, and `warmstart` where
+  the config has one), as ConfigErrors: one place for both validators."""
+  try:
+    check_rl_config(config.rl)
+    check_rollout_config(config.rollout)
+    w = config.get("warmstart")
+    if w is not None and w.get("enabled", False):
+      for name, low in (("lr", 0), ("epochs", 1), ("batch_size", 1), ("max_len", 1),
+                        ("sources", 1)):
+        check_range("warmstart", w, name, low)
+  except RangeError as e:
+    raise ConfigError(str(e)) from None
+
+
+def in_range(section: str, cfg, name: str, *bounds, **kw) -> None:
+  """`ssp_jax.config_ranges.check_range` raising ConfigError."""
+  try:
+    check_range(section, cfg, name, *bounds, **kw)
+  except RangeError as e:
+    raise ConfigError(str(e)) from None
+
+
+def check_game_values(s) -> None:
+  """The SSP game's own numbers: its rollout temperature (the one both roles sample with), and
+  the `ssp.fill` section (a replay buffer of capacity 0 keeps nothing: every step would pad with
+  dummies without saying so)."""
+  in_range("ssp", s, "temperature", 0, note="0 = greedy")
+  in_range("ssp.fill", s.fill, "capacity", 1)
+  in_range("ssp.fill", s.fill, "max_resample_rounds", 1)
+  in_range("ssp.fill", s.fill, "max_solve_rate", 0, 1)
+
+
 def validate_config(config) -> None:
   """Raises ConfigError on the first problem found."""
   s = config.ssp
+  check_sections(config)
+  check_game_values(s)
   check_budgets(config, {"ssp.proposer_max_new_tokens": s.proposer_max_new_tokens,
                          "ssp.solver_max_new_tokens": s.solver_max_new_tokens})
   _positive("ssp.rag.max_new_tokens", s.rag.max_new_tokens)
@@ -83,7 +126,7 @@ def validate_config(config) -> None:
                       "could pass")
   if s.rag.noise_docs < 0:
     raise ConfigError("config.ssp.rag.noise_docs must be >= 0")
-  _path("ssp.answers_path", s.answers_path)
+  _path("ssp.answers_path", s.answers_path, file=True)
   world_dir = s.get("world_dir", "")
   if world_dir and not os.path.isfile(os.path.join(os.path.expanduser(world_dir), "world.json")):
     raise ConfigError(f"config.ssp.world_dir={world_dir!r} holds no world.json; give a directory "
@@ -107,7 +150,7 @@ def validate_config(config) -> None:
   if config.eval.every_steps or config.eval.get("at_start", False):
     for name, spec in config.eval.datasets.items():
       if ":" not in spec.split("/")[0]:        # a file path (not builtin:/tfds: specs)
-        _path(f"eval.datasets.{name}", spec)
+        _path(f"eval.datasets.{name}", spec, file=True)
 
 
 def _check_endpoint_client(s) -> None:

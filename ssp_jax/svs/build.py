@@ -11,7 +11,8 @@ import jax
 
 from ssp_jax.ssp.build import Components, load_model, make_sharder
 from ssp_jax.svs import game as game_lib
-from ssp_jax.svs.data import ProblemIterator, default_train_path, load_problems
+from ssp_jax.svs import prompts
+from ssp_jax.svs.data import ProblemIterator, default_train_path, fit_prompt_budget, load_problems
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +25,13 @@ def build(config) -> Components:
   problems = load_problems(s.train_path or default_train_path(),
                            strip_instructions=s.get("strip_instructions", True))
   log.info("problem set: %d problems from %s", len(problems), s.train_path or "builtin")
-  data = ProblemIterator(problems, seed=s.seed, shuffle=s.shuffle)
   sharder = make_sharder(config)
   model_cfg, params, tokenizer = load_model(config.model.path, sharder, config.rl.param_dtype,
                                             config.model.chat_format)
+  problems, over = fit_prompt_budget(   # the engine would cut longer prompts (data/over_budget)
+      problems, lambda p: len(tokenizer.prompt_ids(prompts.solve_messages(p))),
+      int(config.rollout.max_prompt_tokens), s.train_path or "builtin")
+  data = ProblemIterator(problems, seed=s.seed, shuffle=s.shuffle, over_budget=over)
   learner = Learner(model_cfg, config.rl, sharder, params=params)
   del params
   engine = RolloutEngine(model_cfg, tokenizer, config.rollout, None, sharder)

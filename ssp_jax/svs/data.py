@@ -17,8 +17,16 @@ step by step, and put your final answer within \\boxed{}.", veRL's "Let's think 
 output the final answer within \\boxed{}.", DAPO-17k's "Solve the following math problem step by
 step..." and "Remember to put your answer on its own line after \"Answer:\""), because the
 solving prompt adds its own suffix (prompts.py); `strip_instructions=False` keeps the text as is.
-Numbers are accepted as answers (`"answer": 42`). A malformed record raises ValueError naming
-the file, the row (JSONL: line; parquet: 0-based row) and the field.
+Numbers are accepted as answers (`"answer": 42`), but not NaN or Infinity (they would become the
+answer "nan"). A malformed record (not JSON, nested too deeply to parse, a bad field) raises
+ValueError naming the file, the row (JSONL: line; parquet: 0-based row) and the field. A truncated
+`.jsonl.gz` keeps the lines before the damage, with one warning line naming the file (an error
+when no line is left).
+
+`fit_prompt_budget` drops problems whose solving prompt exceeds the prompt budget (the engine would
+keep only their last tokens, and tokenising a multi-megabyte row on every draw is what made such a
+row's steps many times slower); the run logs how many, and reports them each step as
+`data/over_budget`.
 
 `ProblemIterator` deals problems epoch by epoch, each epoch in a permutation seeded by
 (seed, epoch); its position is a small JSON state saved in checkpoints, so a resumed run draws
@@ -27,13 +35,17 @@ exactly the batches the original would have.
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import json
 import logging
+import math
 import os
-from typing import Any, Iterator, Optional
+import zlib
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from retrieval.corpus import iter_jsonl
+from retrieval.corpus import open_text
 from ssp_jax.svs.answer_extract import last_boxed
 
 log = logging.getLogger(__name__)
@@ -71,12 +83,28 @@ def default_train_path() -> str:
   return builtin_path("math_sample")
 
 
+class TruncatedError(ValueError):
+  """A compressed file ends early: `records` good records came before the damage."""
+
+  def __init__(self, message: str, records: int):
+    super().__init__(message)
+    self.records = records
+
+
+def _number_text(value, where: str, field: str):
+  """A numeric answer as text; NaN and +-Infinity (JSON NaN, Infinity, 1e999) are errors."""
+  if isinstance(value, float) and not math.isfinite(value):
+    raise ValueError(f"{where}: field `{field}` is {value!r}, not a finite number; give the "
+                     "answer as a string or a finite number")
+  return str(value)
+
+
 def _answer_of(rec: dict, where: str) -> str:
   for key in ANSWER_KEYS:
     if key in rec:
       value = rec[key]
       if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(value)
+        value = _number_text(value, where, key)
       if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{where}: field `{key}` must be a non-empty string or number, got "
                          f"{value!r}")
@@ -130,7 +158,7 @@ def _verl_answer(rec: dict, where: str) -> str:
                      "`reward_model.ground_truth`, the reference answer")
   value = rm["ground_truth"]
   if isinstance(value, (int, float)) and not isinstance(value, bool):
-    value = str(value)
+    value = _number_text(value, where, "reward_model.ground_truth")
   if not isinstance(value, str) or not value.strip():
     raise ValueError(f"{where}: field `reward_model.ground_truth` must be a non-empty string "
                      f"or number, got {value!r}")
@@ -177,12 +205,27 @@ def read_records(path: str) -> Iterator[tuple[str, Any]]:
     for i, rec in enumerate(table.to_pylist()):
       yield f"{path}: row {i}", rec
     return
+  count, lineno = 0, 0
   try:
-    for lineno, rec in iter_jsonl(path):
-      yield f"{path}:{lineno}", rec
+    with open_text(path) as f:
+      for lineno, line in enumerate(f, 1):
+        if not line.strip():
+          continue
+        try:
+          rec = json.loads(line)
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{path}:{lineno}: not a JSON line ({e})") from None
+        except RecursionError:
+          raise ValueError(f"{path}:{lineno}: not a usable JSON line (nested too deeply to "
+                           "parse)") from None
+        count += 1
+        yield f"{path}:{lineno}", rec
   except UnicodeDecodeError as e:
     raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); give a JSONL "
                      "file, or a parquet file named *.parquet") from e
+  except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+    raise TruncatedError(f"{path}: the compressed file is truncated or damaged after line "
+                         f"{lineno} ({type(e).__name__}: {e})", count) from None
 
 
 def load_problems(spec: str, name: Optional[str] = None, *,
@@ -193,21 +236,60 @@ def load_problems(spec: str, name: Optional[str] = None, *,
     raise FileNotFoundError(f"math problem file {path!r} does not exist; give a JSONL or parquet "
                             "file of {\"problem\", \"answer\"} or verl records (e.g. "
                             "builtin:math_sample)")
+  if os.path.isdir(path):
+    raise ValueError(f"math problem file {path!r} is a directory; give the JSONL or parquet "
+                     "file in it")
   name = name or os.path.basename(path).split(".")[0]
-  out = [as_problem(rec, where, f"{name}-{i}", strip=strip_instructions)
-         for i, (where, rec) in enumerate(read_records(path))]
+  out = []
+  try:
+    for i, (where, rec) in enumerate(read_records(path)):
+      out.append(as_problem(rec, where, f"{name}-{i}", strip=strip_instructions))
+  except TruncatedError as e:
+    if not out:
+      raise ValueError(f"{e}; no problem could be read from it") from None
+    log.warning("%s; using the %d problems before it", e, len(out))
   if not out:
     raise ValueError(f"math problem file {path!r} holds no problems")
   return out
 
 
+def fit_prompt_budget(problems: list[MathProblem], prompt_tokens: Callable[[str], int],
+                      budget: int, source: str = "") -> tuple[list[MathProblem], int]:
+  """(the problems whose solving prompt fits in `budget` tokens, how many were dropped).
+
+  `prompt_tokens(problem_text)` counts the tokens of a problem's solving prompt. A long problem
+  is measured on growing prefixes (8 characters per budget token first, doubling), so a
+  multi-megabyte row costs about one budget's worth of tokenising, not the whole row. Logs one
+  warning line with the count and the first dropped problem's id."""
+  kept, dropped = [], []
+  for p in problems:
+    size = 8 * budget
+    while True:
+      prefix = p.problem[:size]
+      over = prompt_tokens(prefix) > budget
+      if over or len(prefix) == len(p.problem):
+        break
+      size *= 2
+    (dropped if over else kept).append(p)
+  if dropped:
+    log.warning("%s: %d of %d problems have a solving prompt longer than %d tokens and are left "
+                "out (first: %s); raise rollout.max_prompt_tokens or shorten them",
+                source or "problem set", len(dropped), len(problems), budget, dropped[0].id)
+  if not kept:
+    raise ValueError(f"{source or 'problem set'}: every problem's solving prompt is longer than "
+                     f"{budget} tokens; raise rollout.max_prompt_tokens")
+  return kept, len(dropped)
+
+
 class ProblemIterator:
   """Batches of problems, epoch after epoch; `state_dict()` / `load_state_dict()` resume it."""
 
-  def __init__(self, problems: list[MathProblem], *, seed: int = 0, shuffle: bool = True):
+  def __init__(self, problems: list[MathProblem], *, seed: int = 0, shuffle: bool = True,
+               over_budget: int = 0):
     if not problems:
       raise ValueError("ProblemIterator needs at least one problem")
     self.problems, self.seed, self.shuffle = list(problems), int(seed), bool(shuffle)
+    self.over_budget = int(over_budget)   # problems left out by fit_prompt_budget (a metric)
     self.epoch, self.position = 0, 0
 
   def _order(self, epoch: int) -> np.ndarray:

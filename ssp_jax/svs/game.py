@@ -338,6 +338,8 @@ class SvSGame:
         "oqa/response_len": self._mean([len(t.response_ids) for t in trajs]),
         "oqa/num": float(len(trajs)),
         "data/epoch": float(self.data.epoch),
+        "data/over_budget": float(getattr(self.data, "over_budget", 0)),
+        "svs/prompt_truncated": float(sum(bool(t.meta.get("prompt_truncated")) for t in trajs)),
     }
 
   def _synthesis_metrics(self, syntheses: list[Synthesis], rows: _Rows) -> dict[str, float]:

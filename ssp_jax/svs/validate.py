@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
-from ssp_jax.ssp.validate import ConfigError, _choice, _path, _positive, check_budgets
+from ssp_jax.ssp.validate import (ConfigError, _choice, _path, _positive, check_budgets,
+                                  check_sections, in_range)
 from ssp_jax.svs.prompts import SYNTHESIS_PROMPTS
 
 GROUP_ESTIMATORS = ("grpo", "rloo")
@@ -16,7 +17,7 @@ def _fraction_range(name: str, low: float, high: float) -> None:
 
 def _data_spec(name: str, spec: str) -> None:
   if not spec.startswith("builtin:"):
-    _path(name, spec)
+    _path(name, spec, file=True)
 
 
 def validate_config(config) -> None:
@@ -27,6 +28,8 @@ def validate_config(config) -> None:
   if not config.workdir:
     raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
   _positive("total_steps", config.total_steps)
+  check_sections(config)
+  in_range("svs", s, "temperature", 0, note="0 = greedy; the rollout temperature of every section")
   check_budgets(config, {"svs.solve_max_new_tokens": s.solve_max_new_tokens,
                          "svs.synth_max_new_tokens": s.synth_max_new_tokens})
   _positive("svs.batch_size", s.batch_size)

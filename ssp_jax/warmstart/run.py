@@ -6,6 +6,12 @@ minutes on a 2-core CPU for the 135M default) and reading them from the cache af
 model file, the `warmstart` section, the answer set, the corpus, the retriever and the prompt
 layout settings. A run resumed from a checkpoint restores its own params; the warm-started ones
 still give it the same KL reference.
+
+A cache entry whose `warmstart.json` is missing, empty, not JSON or without its fields (an
+interrupted copy, a full disk) is a cache miss: one warning line, then it is trained again. Before
+training, the cache directory is checked for writing and for room for the checkpoint
+(`models.cache.ensure_writable`), so a read-only or full cache is one line naming it and
+$SSP_JAX_CACHE before the minutes of SFT, not an error after them.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import time
 import jax
 
 import models
-from models.checkpoint import cache_root
+from models.cache import cache_root, ensure_writable, write_failed
 from ssp_jax.warmstart import demos as demos_lib
 from ssp_jax.warmstart.sft import sft
 
@@ -132,15 +138,53 @@ def warm_params(config, model_cfg: models.ModelConfig, params, tokenizer, retrie
                      "once on one host (ssp-jax train --config.total_steps=0) and point "
                      "model.path at the directory it prints")
   out = os.path.join(cache_root(), "warmstart", cache_key(config))
-  meta_path = os.path.join(out, "warmstart.json")
-  if not os.path.exists(meta_path):
+  meta = read_meta(out)
+  if meta is None:
+    ensure_writable(os.path.dirname(out), _checkpoint_bytes(params), "the warm start")
     _train_and_save(config, model_cfg, params, tokenizer, retriever, out)
-  with open(meta_path, encoding="utf-8") as f:
-    meta = json.load(f)
+    meta = read_meta(out)
+    if meta is None:
+      raise ValueError(f"warm start: {out} was written but its warmstart.json cannot be read "
+                       "back; check the disk, or set SSP_JAX_CACHE to another directory")
   log.info("warm start: %s (%s demonstrations, loss %s)", out, meta["demos"], meta["epoch_loss"])
   _, warm = models.hf_io.load_hf_checkpoint(
       out, dtype=dtype or jax.tree.leaves(params)[0].dtype, sharder=sharder)
   return warm
+
+
+META_FIELDS = ("demos", "epoch_loss", "version")
+
+
+def read_meta(out: str):
+  """The cached entry's warmstart.json as a dict, or None for a cache miss. A damaged entry (an
+  empty, truncated or foreign file, missing fields, no config.json beside it) is a miss with one
+  warning line: it is trained again, never a traceback."""
+  path = os.path.join(out, "warmstart.json")
+  if not os.path.exists(path):
+    return None
+  problem = None
+  try:
+    with open(path, encoding="utf-8") as f:
+      meta = json.load(f)
+  except (OSError, ValueError) as e:     # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    problem = f"not readable JSON ({type(e).__name__}: {e})"
+  else:
+    if not isinstance(meta, dict):
+      problem = "not a JSON object"
+    elif any(k not in meta for k in META_FIELDS):
+      problem = f"lacks field(s) {[k for k in META_FIELDS if k not in meta]}"
+    elif not os.path.exists(os.path.join(out, "config.json")):
+      problem = "has no config.json beside it"
+  if problem:
+    print(f"warm start: the cached {path} is {problem}; treating it as a cache miss and "
+          "training the warm start again", file=sys.stderr)
+    return None
+  return meta
+
+
+def _checkpoint_bytes(params) -> int:
+  """Bytes the saved warm start takes, about: the params at their dtype, plus the tokenizer."""
+  return sum(int(x.size) * x.dtype.itemsize for x in jax.tree.leaves(params)) + (32 << 20)
 
 
 def _train_and_save(config, model_cfg, params, tokenizer, retriever, out: str) -> None:
@@ -162,20 +206,33 @@ def _train_and_save(config, model_cfg, params, tokenizer, retriever, out: str) -
                          batch_size=w.batch_size, max_len=w.max_len,
                          seed=w.seed, compute_dtype=config.rl.compute_dtype, remat=w.remat,
                          progress=bool(config.progress))
-  os.makedirs(os.path.dirname(out), exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=".warmstart-", dir=os.path.dirname(out))
+  meta = {"demos": counts, "tokens": tokens, "epoch_loss": [round(x, 4) for x in epoch_loss],
+          "build_s": round(t1 - t0, 1), "sft_s": round(time.perf_counter() - t1, 1),
+          "config": config.warmstart.to_dict(), "version": VERSION}
+  failed = _save(out, model_cfg, warm, tokenizer, meta)
+  if failed is not None:   # raised here, outside the except block: see models/cache.py
+    raise write_failed(os.path.dirname(out), failed, "the warm start")
+  print(f"warm start done: loss per epoch {meta['epoch_loss']} ({meta['sft_s']} s)",
+        file=sys.stderr)
+
+
+def _save(out: str, model_cfg, warm, tokenizer, meta: dict):
+  """Writes the entry atomically (a temporary directory renamed to `out`); returns the OSError
+  that stopped it (the disk filled up while writing), else None."""
+  tmp = None
   try:
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".warmstart-", dir=os.path.dirname(out))
     models.hf_io.save_hf_checkpoint(tmp, model_cfg, warm)
     tokenizer.hf.save_pretrained(tmp)   # a complete HF dir: `ssp-jax eval --checkpoint DIR`
-    meta = {"demos": counts, "tokens": tokens, "epoch_loss": [round(x, 4) for x in epoch_loss],
-            "build_s": round(t1 - t0, 1), "sft_s": round(time.perf_counter() - t1, 1),
-            "config": config.warmstart.to_dict(), "version": VERSION}
     with open(os.path.join(tmp, "warmstart.json"), "w", encoding="utf-8") as f:
       json.dump(meta, f, indent=1)
     if os.path.exists(out):
       shutil.rmtree(out)
     os.replace(tmp, out)
+  except OSError as e:
+    return e
   finally:
-    shutil.rmtree(tmp, ignore_errors=True)
-  print(f"warm start done: loss per epoch {meta['epoch_loss']} ({meta['sft_s']} s)",
-        file=sys.stderr)
+    if tmp is not None:
+      shutil.rmtree(tmp, ignore_errors=True)
+  return None
