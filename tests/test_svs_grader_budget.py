@@ -150,3 +150,39 @@ def test_budgets_are_checked_with_the_field_named():
     GradePool(-2)
   p = GradePool.from_config(ConfigDict({"grader_workers": 3, "grader_answer_timeout_s": 2.5}))
   assert (p.workers, p.answer_timeout_s, p.batch_timeout_s) == (3, 2.5, 300.0)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("--config.svs.grader_answer_timeout_s=0", "svs.grader_answer_timeout_s"),
+    ("--config.svs.grader_batch_timeout_s=-1", "svs.grader_batch_timeout_s"),
+])
+def test_a_bad_budget_is_rejected_before_compute(tmp_path, capsys, override, key):
+  import os
+  from ssp_jax import cli
+  config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                        "svs_tiny.py")
+  rc = cli.main(["train", "--config", config, f"--config.workdir={tmp_path / 'never'}", override])
+  err = capsys.readouterr().err
+  assert rc == 2 and key in err and len(err.strip().splitlines()) == 1, err
+  assert not (tmp_path / "never").exists()
+
+
+def test_the_game_reports_grading_counts_per_step():
+  import types
+  from ssp_jax.svs import config as svs_config
+  from ssp_jax.svs import game as G
+  from ssp_jax.svs.data import MathProblem, ProblemIterator
+  cfg = svs_config.get_svs_config()
+  cfg.update(grader_answer_timeout_s=BUDGET_S)
+  data = ProblemIterator([MathProblem("p", "1 + 1?", "2", "t")], shuffle=False)
+  game = G.SvSGame(cfg, svs_config.base_run_config().rl, None, data, max_prompt_tokens=64)
+  try:
+    assert game.grader.answer_timeout_s == BUDGET_S
+    texts = [TOWERS[0], "\\boxed{5 or 6}", "\\boxed{2}", SLOW]
+    trajs = [types.SimpleNamespace(text=t, meta={}) for t in texts]
+    assert game._grade(trajs, ["2", "5", "2", "2"]) == [0.0, 0.0, 1.0, 0.0]
+    got = game._counters()
+    assert (got["grade/refused"], got["grade/hedge"], got["grade/timeouts"]) == (1.0, 1.0, 1.0)
+    assert trajs[2].meta["reward"] == 1.0 and "time/grade" in got
+  finally:
+    game.grader.close()
