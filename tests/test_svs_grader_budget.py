@@ -13,12 +13,10 @@ from ssp_jax.svs import answer_guard, hedge
 from ssp_jax.svs import math_grader as M
 from ssp_jax.svs.answer_extract import extract_answer
 from ssp_jax.svs.grade_pool import GradePool, budget_problem, check_budgets
-from ssp_jax.svs.grader_bench import FORMS, NEAR_MISSES
+from ssp_jax.svs.grader_bench import FORMS, NEAR_MISSES, PATHOLOGICAL, TOWERS
 
 BUDGET_S = 1.5          # per-answer budget of the pools made here (normal answers: < 0.4 s)
 SLACK_S = 12.0          # worker start-up (sympy + math_verify imports) on a loaded 2-core host
-TOWERS = ["\\boxed{10^{{10}^{10}}}", "\\boxed{10^{10}^{10}}",
-          "\\boxed{10^{99\\cdot 99\\cdot 99\\cdot 99}}"]
 # A huge binomial passes every guard (no guard knows \binom) and math_verify computes it; its
 # own 2-s SIGALRM timeouts end it after >= 2 s, the worker's deadline at BUDGET_S.
 SLOW = "\\boxed{\\binom{10^{8}}{5 \\cdot 10^{7}}}"
@@ -89,10 +87,10 @@ def test_hedges_score_zero_and_legitimate_answers_stay_correct(pool, response, r
 
 def test_a_pathological_answer_does_not_stall_the_batch(pool):
   normal = FORMS + NEAR_MISSES
-  responses = ([r for r, _ in normal[:12]] + [SLOW] + TOWERS + [r for r, _ in normal[12:]])
-  refs = [a for _, a in normal[:12]] + ["1"] * (1 + len(TOWERS)) + [a for _, a in normal[12:]]
-  expected = ([1.0 if p in FORMS else 0.0 for p in normal[:12]] + [0.0] * (1 + len(TOWERS))
-              + [1.0 if p in FORMS else 0.0 for p in normal[12:]])
+  bad = [(SLOW, "1")] + PATHOLOGICAL                 # in the middle of the batch
+  pairs = normal[:12] + bad + normal[12:]
+  responses, refs = [r for r, _ in pairs], [a for _, a in pairs]
+  expected = [1.0 if p in FORMS else 0.0 for p in pairs]
   got, dt = _timed(pool, responses, refs)
   assert got == expected
   assert pool.last["timeouts"] == 1 and pool.last["worker_restarts"] == 1
