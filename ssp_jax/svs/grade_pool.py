@@ -12,8 +12,9 @@ hard deadline of `answer_timeout_s` seconds for all its symbolic stages together
 overruns is killed (SIGKILL: nothing less stops sympy's C code) and replaced, its answer scores
 0 and counts in `timeouts`; the other workers keep grading meanwhile. `batch_timeout_s` bounds
 the whole call (0 = no bound): answers still pending when it runs out score 0 and count as
-timeouts too. An answer is graded once per pool (results, timeouts included, are cached), and
-the same pair gets the same score whatever the number of workers.
+timeouts too, but are not remembered: every other answer is graded once per pool (its score,
+a timeout's 0 included, is cached), and the same pair gets the same score whatever the number of
+workers.
 
 Counts of the last call (`last`) and of all calls (`totals`): `timeouts`, `refused` (answers
 the guards refused: too long, too deep, towers, huge powers), `hedge` (hedges and false equation
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import atexit
 import collections
+import hashlib
+import json
 import logging
 import select
 import threading
@@ -38,6 +41,12 @@ BATCH_TIMEOUT_S = 300.0       # seconds per grade() call; 0 = unbounded
 WORKER_START_TIMEOUT_S = 60.0  # a worker must import sympy and math_verify within this
 _MAX_START_FAILURES = 3       # consecutive failed starts before the rest of a call scores 0
 _CACHE_SIZE = 1 << 16
+
+
+def _digest(job: Sequence) -> bytes:
+  """A short cache key of a job (responses can be tens of kilobytes)."""
+  return hashlib.blake2b(json.dumps(list(job)).encode("utf-8", "surrogatepass"),
+                         digest_size=16).digest()
 
 
 def budget_problem(workers, answer_timeout_s, batch_timeout_s,
@@ -103,19 +112,23 @@ class GradePool:
     with self._lock:
       self.last = collections.Counter()
       scores: list[Optional[float]] = [None] * len(jobs)
-      pending: dict[tuple, list[int]] = {}
+      pending: dict[bytes, list[int]] = {}       # job digest -> its indices (graded once)
       for i, job in enumerate(jobs):
         score = math_grader.run_job(job, slow=False, notes=self.last)
         if score is None:
-          key = tuple(job)
+          key = _digest(job)
           score = self._cache.get(key)
           if score is None:
             pending.setdefault(key, []).append(i)
         scores[i] = score
       if pending:
-        for key, score in self._dispatch(list(pending)).items():
-          self._remember(key, score)
-          for i in pending[key]:
+        graded, ungraded = self._dispatch([(key, tuple(jobs[idx[0]]))
+                                           for key, idx in pending.items()])
+        for key, idx in pending.items():
+          score = graded.get(key, 0.0)
+          if key not in ungraded:              # answers left over by the batch budget or by
+            self._remember(key, score)         # workers that never started: not remembered
+          for i in idx:
             scores[i] = score
       self.totals.update(self.last)
       return [float(s or 0.0) for s in scores]
@@ -126,48 +139,49 @@ class GradePool:
       self._cache.popitem(last=False)
 
   # -- the workers ----------------------------------------------------------------------------
-  def _dispatch(self, queue: list[tuple]) -> dict[tuple, float]:
-    """Runs the jobs over the workers under the deadlines; {job: score} for every job."""
+  def _dispatch(self, items: list[tuple[bytes, tuple]]) -> tuple[dict[bytes, float], set]:
+    """Runs (key, job) items over the workers under the deadlines: ({key: score} of the jobs
+    that ran, timeouts included; {keys} of those that never got a worker in time)."""
     now = time.monotonic()
     batch_end = now + self.batch_timeout_s if self.batch_timeout_s > 0 else float("inf")
-    queue = collections.deque(queue)
-    done: dict[tuple, float] = {}
-    busy: dict[Worker, tuple[int, tuple, float]] = {}   # worker -> (id, job, deadline)
+    queue = collections.deque(items)
+    done: dict[bytes, float] = {}
+    busy: dict[Worker, tuple[int, tuple, float]] = {}   # worker -> (id, item, deadline)
     failures = 0
     while queue or busy:
       now = time.monotonic()
       if now >= batch_end or failures >= _MAX_START_FAILURES:
+        reason = "timeouts" if now >= batch_end else "worker_errors"
         if failures >= _MAX_START_FAILURES:
           log.error("grading workers do not start (%d tries); %d answers score 0",
                     failures, len(queue) + len(busy))
-        for w, (_, job, _) in busy.items():
+        for w, (_, item, _) in busy.items():
           self._drop(w)
-          self._finish(done, job, 0.0, "timeouts" if now >= batch_end else "worker_errors")
-        for job in queue:
-          self._finish(done, job, 0.0, "timeouts" if now >= batch_end else "worker_errors")
-        break
-      self._start(min(self.workers, len(queue) + len(busy)), now)
+          self._finish(done, item, 0.0, reason)
+        self.last[reason] += len(queue)
+        return done, {key for key, _ in queue}
+      failures += self._start(min(self.workers, len(queue) + len(busy)), now)
       for w in self._procs:
         if queue and w.ready and w not in busy:
-          job = queue.popleft()
+          item = queue.popleft()
           self._next_id += 1
           try:
-            w.send(self._next_id, job)
-            busy[w] = (self._next_id, job, now + self.answer_timeout_s)
+            w.send(self._next_id, item[1])
+            busy[w] = (self._next_id, item, now + self.answer_timeout_s)
           except OSError:                       # it died while idle: replaced next round
-            queue.appendleft(job)
+            queue.appendleft(item)
             self._drop(w)
       waiting = [w for w in self._procs if w in busy or not w.ready]
       wake = min([d for _, _, d in busy.values()] + [w.start_deadline for w in waiting
-                                                     if not w.ready] + [batch_end])
+                                                     if not w.ready] + [batch_end, now + 1.0])
       self._wait(waiting, max(0.0, wake - now))
       now = time.monotonic()
       for w in waiting:
         for msg in w.read():
           if w in busy and msg.get("id") == busy[w][0]:
-            _, job, _ = busy.pop(w)
+            _, item, _ = busy.pop(w)
             self.last.update(msg.get("notes") or {})
-            self._finish(done, job, float(msg.get("score") or 0.0), None)
+            self._finish(done, item, float(msg.get("score") or 0.0), None)
         if w.ready and w not in busy:
           failures = 0
         if w.dead:                              # crashed (or killed from outside)
@@ -184,19 +198,26 @@ class GradePool:
           failures += 1
           self.last["worker_start_failures"] += 1
           self._drop(w)
-    return done
+    return done, set()
 
-  def _finish(self, done: dict, job: tuple, score: float, reason: Optional[str]) -> None:
-    done[job] = score
+  def _finish(self, done: dict, item: tuple, score: float, reason: Optional[str]) -> None:
+    done[item[0]] = score
     if reason:
       self.last[reason] += 1
 
-  def _start(self, wanted: int, now: float) -> None:
+  def _start(self, wanted: int, now: float) -> int:
+    """Starts workers up to `wanted`; the number of starts that failed (0 or 1)."""
     while len(self._procs) < wanted:
-      self._procs.append(Worker(now + WORKER_START_TIMEOUT_S))
+      try:
+        self._procs.append(Worker(now + WORKER_START_TIMEOUT_S))
+      except OSError as e:                      # no process could be made (EAGAIN, ENOMEM)
+        log.warning("could not start a grading worker: %s", e)
+        self.last["worker_start_failures"] += 1
+        return 1
       self._starts += 1
       if self._starts > self.workers:           # a replacement of a killed or dead worker
         self.last["worker_restarts"] += 1
+    return 0
 
   def _drop(self, w: Worker) -> None:
     w.kill()
