@@ -22,7 +22,7 @@ from typing import Optional
 
 THINK_CLOSE = "</think>"
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_TAG_OPEN, _TAG_CLOSE = "<answer>", "</answer>"
 _MARKER_RE = re.compile(r"(?:final answer is|the answer is|answer is|answers are|answer\s*:)\s*",
                         re.IGNORECASE)
 _SENTENCE_END_RE = re.compile(r"\n|\.\s+(?=[A-Z])|\.\s*$")
@@ -65,11 +65,21 @@ def last_boxed(text: str) -> Optional[str]:
   return None
 
 
+def last_answer_tag(text: str) -> Optional[str]:
+  """The stripped content of the last `<answer>...</answer>`, or None. Found from the end with
+  `rfind` (linear: a regex scan would be quadratic in a response of many unclosed tags)."""
+  end = text.rfind(_TAG_CLOSE)
+  start = text.rfind(_TAG_OPEN, 0, end) if end >= 0 else -1
+  if start < 0:
+    return None
+  return text[start + len(_TAG_OPEN):end].strip() or None
+
+
 def marker_answer(text: str) -> Optional[str]:
   """The answer after the last answer marker or inside the last `<answer>` tag, or None."""
-  tags = _ANSWER_TAG_RE.findall(text)
-  if tags and tags[-1].strip():
-    return tags[-1].strip()
+  tag = last_answer_tag(text)
+  if tag:
+    return tag
   last = None
   for last in _MARKER_RE.finditer(text):
     pass

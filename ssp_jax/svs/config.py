@@ -41,7 +41,10 @@ def get_svs_config() -> ml_collections.ConfigDict:
   c.skip_without_synthesis = True   # original: no valid synthetic problem -> skip the whole step;
   #                                   False (difference): still train the OQA groups
   c.samples_per_step = 8        # problems written to samples_<step>.jsonl
-  c.grader_workers = 0          # answer-checking processes (0/1: in the trainer's process)
+  c.grader_workers = 0          # grading worker processes for sympy/math_verify (0/1: one)
+  c.grader_answer_timeout_s = 5.0   # seconds of symbolic grading per answer; over it: killed,
+  #                                   scored 0, counted in grade/timeouts (original: 60 s)
+  c.grader_batch_timeout_s = 300.0  # seconds per grading call (a step's batch); 0 = unbounded
   return c
 
 

@@ -128,8 +128,17 @@ class SvSGame:
     self.max_prompt_tokens = int(max_prompt_tokens)
     self.max_problem_prompt_tokens = int(max_problem_prompt_tokens or max_prompt_tokens)
     self.skipped_total = 0
-    self.grader = GradePool(int(svs_cfg.get("grader_workers", 0)))
+    self.grader = GradePool.from_config(svs_cfg)
     self.timings: collections.Counter = collections.Counter()
+    self.grade_counts: collections.Counter = collections.Counter()   # this step's, see _counters
+
+  def _counters(self) -> dict[str, float]:
+    """time/* of this step's phases and grade/* of its grading: answers over the grading budget
+    (`timeouts`, scored 0), refused by the guards, hedges, grading workers replaced."""
+    out = {f"time/{k}": v for k, v in self.timings.items()}
+    out.update({f"grade/{k}": float(self.grade_counts[k])
+                for k in ("timeouts", "refused", "hedge", "worker_restarts")})
+    return out
 
   # -- checkpointed state ---------------------------------------------------------------------
   def state_dict(self) -> dict:
@@ -152,6 +161,7 @@ class SvSGame:
   def _grade(self, trajs: Sequence[Trajectory], answers: Sequence[str]) -> list[float]:
     t0 = time.perf_counter()
     out = self.grader.grade([t.text for t in trajs], list(answers))
+    self.grade_counts.update(self.grader.last)
     for t, r, a in zip(trajs, out, answers):
       t.meta.update(reward=r, prediction=math_grader.extract_answer(t.text), answer=a)
     self.timings["grade"] += time.perf_counter() - t0
@@ -198,6 +208,7 @@ class SvSGame:
     interface of `SSPGame.play`; SvS has no fixed opponent)."""
     del frozen_params
     self.timings.clear()
+    self.grade_counts.clear()
     t_start = time.perf_counter()
     c = self.cfg
     k_oqa, k_vps, k_spa = jax.random.split(jax.random.fold_in(key, step), 3)
@@ -225,7 +236,7 @@ class SvSGame:
     out.metrics.update(self._synthesis_metrics(syntheses, rows))
     out.metrics.update({"svs/skipped": 0.0, "svs/skipped_total": float(self.skipped_total),
                         "time/game": time.perf_counter() - t_start,
-                        **{f"time/{k}": v for k, v in self.timings.items()}})
+                        **self._counters()})
     out.samples = self._samples(batch, oqa_trajs, acc, syntheses, sources)
     return out
 
@@ -241,7 +252,7 @@ class SvSGame:
                         "svs/skipped": float(skipped),
                         "svs/skipped_total": float(self.skipped_total),
                         "time/game": time.perf_counter() - t_start,
-                        **{f"time/{k}": v for k, v in self.timings.items()}})
+                        **self._counters()})
     out.samples = self._samples(batch, oqa_trajs, acc, [])
     return out
 
@@ -254,7 +265,7 @@ class SvSGame:
     out.metrics.update({"svs/skipped": 1.0, f"svs/skipped_{reason}": 1.0,
                         "svs/skipped_total": float(self.skipped_total),
                         "time/game": time.perf_counter() - t_start,
-                        **{f"time/{k}": v for k, v in self.timings.items()}})
+                        **self._counters()})
     return out
 
   def _vps_inputs(self, batch, oqa_trajs, oqa_r, under, metrics) -> list[tuple[int, Trajectory]]:

@@ -14,6 +14,9 @@ Prints one JSON line:
                                      correct, near-miss and wrong answers), one process
   hard_wrong_per_s                   the slow path: distinct wrong answers that no cheap stage
                                      settles (expression vs tuple), each reaching math_verify
+  pathological_rejected / _total     PATHOLOGICAL (power towers, 100,000 digits, 50,000 nested
+                                     braces, long hedges) graded 0; pathological_max_s the
+                                     slowest of them
 """
 from __future__ import annotations
 
@@ -61,7 +64,18 @@ NEAR_MISSES = [
     ("\\boxed{0.333}", "\\frac{1}{3}"), ("\\boxed{2.5}", "2.51"), ("\\boxed{-7}", "7"),
     ("The answer is 5 or 6.", "5"), ("\\boxed{5, 6}", "5"), ("\\boxed{[4, 6]}", "5"),
     ("\\boxed{5} Answer: 6", "6"), ("\\boxed{}", "4"), ("", "4"), ("\\boxed{" + "(" * 500, "1"),
-    ("\\boxed{2^{2^{2^{100}}}}", "1"),
+    ("\\boxed{2^{2^{2^{100}}}}", "1"), ("\\boxed{2 + 2 = 5}", "5"), ("\\boxed{\\{5, 6\\}}", "5"),
+]
+
+# (response, reference): the grader fault drill's answers; each must score 0 without a hang
+# (they hung sympy's parser for 60+ s, took 82 s, or, the two hedges, scored 1.0).
+TOWERS = ["\\boxed{10^{{10}^{10}}}", "\\boxed{10^{10}^{10}}",
+          "\\boxed{10^{99\\cdot 99\\cdot 99\\cdot 99}}"]
+PATHOLOGICAL = [(t, "1") for t in TOWERS] + [
+    ("\\boxed{%s}" % ("7" * 100_000), "5"),                           # 100,000 digits
+    ("\\boxed{%s5%s}" % ("{" * 50_000, "}" * 50_000), "5"),           # 50,000 nested braces
+    ("\\boxed{%s, 5}" % ", ".join(str(i) for i in range(1000, 1080)), "5"),   # a long hedge
+    ("\\boxed{%s = 5}" % " + ".join(str(i) for i in range(1, 151)), "5"),     # a false chain
 ]
 
 
@@ -99,6 +113,13 @@ def main(argv=None) -> int:
     math_grader.grade(r, a)
   dt = time.perf_counter() - t0
   out.update(batch_256x8_s=round(dt, 3), grade_per_s=round(len(batch) / dt, 1))
+  slowest, rejected = 0.0, 0.0
+  for r, a in PATHOLOGICAL:
+    t0 = time.perf_counter()
+    rejected += 1.0 - math_grader.grade(r, a)
+    slowest = max(slowest, time.perf_counter() - t0)
+  out.update(pathological_total=len(PATHOLOGICAL), pathological_rejected=rejected,
+             pathological_max_s=round(slowest, 3))
   hard = [("\\boxed{x^{%d} + %d y}" % (i % 5 + 2, i), "(%d, \\frac{%d}{3})" % (i, i + 1))
           for i in range(256)]                   # distinct wrong answers that reach math_verify
   t0 = time.perf_counter()

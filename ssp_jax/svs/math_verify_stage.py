@@ -1,43 +1,34 @@
 """The `math-verify` stage of the SvS answer cascade (the original's third verifier).
 
-  verify_text("... \\boxed{[2, 3)}", "x \\in [2,3)")   # True: math_verify parses both sides
+  verify_answer("[2, 3)", "x \\in [2,3)")            # True: math_verify parses both sides
+  verify_tail("... so 3 + 4 = 7", "7")                # a response with no box and no marker
 
 The reference is parsed as `\\boxed{reference}` with math_verify's LaTeX extraction, the
 prediction with its expression and LaTeX extraction (the original's configuration), and
 `math_verify.verify` compares them (sets in any order, intervals, `\\pm`, matrices, tuples of
 fractions and decimals, units, `\\sqrt[3]{}`; numbers to 6 decimal places unless both are
-integers, which must be equal). Reference parses are cached. math_verify's own timeouts use
-SIGALRM, which only the main thread may set: there they are `TIMEOUT_S` seconds per parse and per
-comparison; in another thread the stage runs without them, on inputs capped at
-`MAX_PREDICTION_CHARS`. Forms whose evaluation no timeout could interrupt (`1e999999999`,
-`10^{100000}`, towers of powers, factorials of huge numbers) are refused first. Any error or timeout (a `BaseException` in math_verify) counts as "not
-equal"; the stage never raises.
+integers, which must be equal). A final answer is handed over whole, as `\\boxed{answer}`
+(never cut: the last 300 characters of a long list end in its last value); only a response
+without any candidate is cut to its last MAX_TAIL_CHARS characters, as the original does.
+Reference parses are cached.
+
+math_verify's own timeouts use SIGALRM, which only the main thread may set: there (the grading
+workers of grade_pool.py run this stage in their main thread) they are `TIMEOUT_S` seconds per
+parse and per comparison. They are a first line only: a big-integer power runs inside C code
+that no signal interrupts, so forms refused by answer_guard.py never reach math_verify, and the
+worker's hard deadline (grade_pool.py) bounds everything else. Any error or timeout (a
+`BaseException` in math_verify) counts as "not equal"; the stage never raises.
 """
 from __future__ import annotations
 
 import functools
-import re
 import threading
 from typing import Any, Optional
 
+from ssp_jax.svs.answer_guard import refusal
+
 TIMEOUT_S = 2                       # seconds per parse and per comparison (main thread only)
-MAX_PREDICTION_CHARS = 300          # the original hands math_verify the last 300 characters
-MAX_REFERENCE_CHARS = 1000
-
-
-# Inputs whose evaluation can run for minutes inside C code (big-integer powers, factorials),
-# where no timeout can interrupt it: refused before math_verify sees them.
-_COSTLY_RE = re.compile(r"\d\s*[eE]\s*[-+]?\d{3,}"        # 1e999999999
-                        r"|\^\s*\{?\s*[-+]?\d{5,}"          # 10^{100000}
-                        r"|\^\s*\{[^{}]*\^"                   # 2^{2^{100}}: a power in an exponent
-                        r"|\^\s*\(?[^(){}]*\^"
-                        r"|(?:\}|\d{5,}|\))\s*!"               # 10^{10}!, 100000!
-                        r"|\*\*")                              # Python powers in plain text
-
-
-def too_costly(text: str) -> bool:
-  """Whether `text` holds a form whose evaluation could not be interrupted (see _COSTLY_RE)."""
-  return bool(_COSTLY_RE.search(text))
+MAX_TAIL_CHARS = 300                # the original hands math_verify the last 300 characters
 
 
 def _timeout() -> Optional[int]:
@@ -68,17 +59,12 @@ def _integer_mismatch(gold: tuple, pred: list) -> bool:
   return False
 
 
-def verify_text(prediction: str, reference: str) -> bool:
-  """Whether math_verify finds `prediction` (a response tail or `\\boxed{answer}`) equal to
-  `reference`; False on any error, timeout or oversized input."""
+def _verify(prediction: str, reference: str) -> bool:
   try:
     from math_verify import parse, verify
   except ImportError:                # declared in setup.py; a broken install grades strictly
     return False
-  if not prediction or not reference or len(reference) > MAX_REFERENCE_CHARS:
-    return False
-  prediction = prediction[-MAX_PREDICTION_CHARS:]
-  if too_costly(prediction) or too_costly(reference):
+  if not prediction or not reference or refusal(reference):
     return False
   timeout = _timeout()
   try:
@@ -93,3 +79,18 @@ def verify_text(prediction: str, reference: str) -> bool:
     if isinstance(e, (KeyboardInterrupt, SystemExit)):
       raise
     return False
+
+
+def verify_answer(answer: str, reference: str) -> bool:
+  """Whether math_verify finds the final answer `answer` (handed over whole as
+  `\\boxed{answer}`) equal to `reference`; False on any error, timeout or refused input."""
+  if refusal(answer):
+    return False
+  return _verify("\\boxed{" + answer.strip() + "}", reference.strip())
+
+
+def verify_tail(response: str, reference: str) -> bool:
+  """The original's stage 3 for a response with no candidate: math_verify on its last
+  MAX_TAIL_CHARS characters."""
+  tail = response[-MAX_TAIL_CHARS:]
+  return not refusal(tail) and _verify(tail, reference.strip())

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
 from ssp_jax.ssp.validate import (ConfigError, _choice, _path, _positive, check_budgets,
                                   check_sections, in_range)
+from ssp_jax.svs.grade_pool import check_budgets as check_grader_budgets
 from ssp_jax.svs.prompts import SYNTHESIS_PROMPTS
 
 GROUP_ESTIMATORS = ("grpo", "rloo")
@@ -47,9 +48,7 @@ def validate_config(config) -> None:
     raise ConfigError(f"config.svs.vps_training_ratio={s.vps_training_ratio} must be in (0, 1]")
   _choice("svs.problem_filter", s.problem_filter, ("tokens", "chars"))
   _choice("svs.synthesis_prompt", s.synthesis_prompt, tuple(SYNTHESIS_PROMPTS))
-  if s.get("grader_workers", 0) < 0:
-    raise ConfigError(f"config.svs.grader_workers={s.grader_workers} must be >= 0 "
-                      "(0 = grade in the trainer's process)")
+  check_grader_budgets(s)                   # grader_workers, grader_*_timeout_s
   if s.max_problem_prompt_tokens < 0:
     raise ConfigError(f"config.svs.max_problem_prompt_tokens={s.max_problem_prompt_tokens} must "
                       "be >= 0 (0 = rollout.max_prompt_tokens)")
