@@ -18,6 +18,7 @@ VERBS = {
     "retrieve": ("retrieval.cli_serve", "serve an index over HTTP (POST /retrieve)"),
     "export": ("ssp_jax.export_cli", "export a training checkpoint to a Hugging Face directory"),
     "plot": ("ssp_jax.plot_cli", "PNG curves of a run's metrics.jsonl (one file per key)"),
+    "world": ("ssp_jax.world.cli", "build a seeded fictional world, or check questions against it"),
 }
 
 

@@ -129,7 +129,12 @@ def build(config) -> Components:
                                           sharder, config.seed + 2, frozen_cache),
                           max_new_tokens=config.ssp.judge.max_new_tokens,
                           temperature=config.ssp.judge.temperature)
-  game = game_lib.SSPGame(config.ssp, config.rl, engine, answers, verifier=verifier, judge=judge)
+  world_checker = None
+  if config.ssp.get("world_dir", ""):     # ground-truth metrics on a synthetic world
+    from ssp_jax.world.check import WorldChecker
+    world_checker = WorldChecker(config.ssp.world_dir)
+  game = game_lib.SSPGame(config.ssp, config.rl, engine, answers, verifier=verifier, judge=judge,
+                          world_checker=world_checker)
   ckpt = Checkpointer(os.path.join(config.workdir, "checkpoints"),
                       save_every=config.checkpoint.every, keep=config.checkpoint.keep,
                       async_save=config.checkpoint.async_save, model_config=model_cfg)

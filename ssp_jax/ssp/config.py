@@ -22,6 +22,8 @@ def get_ssp_config() -> ml_collections.ConfigDict:
   c.solver_max_new_tokens = 0    # response budget per solver rollout (0 = rollout config's)
   c.seed = 0                    # answer sampling, noise mixing, replay sampling (per step)
   c.samples_per_step = 16       # proposals written to samples_<step>.jsonl
+  c.world_dir = ""              # a world directory (`ssp-jax world build`): log world/* metrics
+                                # (grounded, hops, leak, copy8) of each proposal ("" = off)
 
   c.filters = ml_collections.ConfigDict()
   c.filters.min_chars = 10      # question length bounds after strip (original: 10..1000)

@@ -86,12 +86,14 @@ class SSPGame:
   """The game: owns the answer set, the replay buffer and the helpers; stateless otherwise."""
 
   def __init__(self, ssp_cfg, rl_cfg, engine, answers: Sequence[AnswerItem], *,
-               verifier: rag.TextGenerator, judge: Optional[rewards.Judge] = None):
+               verifier: rag.TextGenerator, judge: Optional[rewards.Judge] = None,
+               world_checker=None):
     if ssp_cfg.mode not in MODES:
       raise ValueError(f"config.ssp.mode {ssp_cfg.mode!r} unknown; choose one of {MODES}")
     self.cfg, self.rl = ssp_cfg, rl_cfg
     self.engine, self.answers = engine, list(answers)
     self.verifier, self.judge = verifier, judge
+    self.world_checker = world_checker   # ssp_jax.world.check.WorldChecker (ssp.world_dir) or None
     self.filter_cfg = filters.FilterConfig.from_config(ssp_cfg.filters)
     fill = ssp_cfg.fill
     self.buffer = replay.ReplayBuffer(
@@ -226,9 +228,23 @@ class SSPGame:
     self.buffer.add([pr for pr in problems if pr.source == "fresh"])
     out = self._assemble(proposals, solver_trajs, solver_r)
     out.metrics.update(self._metrics(proposals, problems, solver_trajs, solver_r, rates))
-    out.metrics["time/game"] = time.perf_counter() - t_start
     out.samples = self._samples(proposals, problems, solver_trajs, solver_r, rates, step)
+    if self.world_checker is not None:   # ground truth of a synthetic world (docs/world.md)
+      self._world(proposals, out)
+    out.metrics["time/game"] = time.perf_counter() - t_start
     return out
+
+  def _world(self, proposals: list[Proposal], out: StepOutput) -> None:
+    """World metrics of the proposals, and each sampled proposal's measures under "world"."""
+    from ssp_jax.world.game_metrics import world_metrics
+    t0 = time.perf_counter()
+    metrics, measures = world_metrics(
+        self.world_checker, [(p.question, p.item.ground_truth, p.reason is None)
+                             for p in proposals])
+    out.metrics.update(metrics)
+    for rec, m in zip([r for r in out.samples if r["kind"] == "proposal"], measures):
+      rec["world"] = m
+    out.metrics["time/world"] = time.perf_counter() - t0
 
   def _assemble(self, proposals, solver_trajs, solver_r) -> StepOutput:
     """Training rows for the roles being trained, with per-role advantages."""

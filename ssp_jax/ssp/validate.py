@@ -84,6 +84,11 @@ def validate_config(config) -> None:
   if s.rag.noise_docs < 0:
     raise ConfigError("config.ssp.rag.noise_docs must be >= 0")
   _path("ssp.answers_path", s.answers_path)
+  world_dir = s.get("world_dir", "")
+  if world_dir and not os.path.isfile(os.path.join(os.path.expanduser(world_dir), "world.json")):
+    raise ConfigError(f"config.ssp.world_dir={world_dir!r} holds no world.json; give a directory "
+                      "made by `ssp-jax world build --seed 0 --out DIR` (or ssp_jax.world."
+                      "ensure_world()), or \"\" to turn the world metrics off")
   _path("model.path", config.model.path)
   _path("retrieval.index_dir", config.retrieval.index_dir)
   _choice("retrieval.on_unreachable", config.retrieval.get("on_unreachable", "error"),
