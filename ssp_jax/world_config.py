@@ -80,6 +80,11 @@ def validate_world(config) -> None:
     raise ConfigError(f"config.world.size={w.size} needs the world generator ssp_jax.world, "
                       "which this build lacks; set --config.world.size=0 and give the data "
                       "paths instead")
+  from ssp_jax.world.build import check_size
+  try:
+    check_size(int(w.size))
+  except ValueError as e:
+    raise ConfigError(f"config.world.size: {e}") from None
 
 
 def world_paths(world_dir: str) -> dict[str, str]:
