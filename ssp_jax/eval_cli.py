@@ -1,5 +1,7 @@
-"""`ssp-jax eval`: the solver with search on QA benchmarks (the paper's Table 1); for an SvS config
-(`game = "svs"`), sampled solutions of math problems with accuracy and pass@k (ssp_jax/svs/eval.py).
+"""`ssp-jax eval`: the solver with search on QA benchmarks (the paper's Table 1), or the evaluation
+of the config's game where it has its own (`config.game`, ssp_jax/games.py: math problems with
+accuracy and pass@k for SvS, ssp_jax/svs/eval.py). A config with a generated world
+(`config.world`, ssp_jax/world_config.py) has it built (once, cached) before the data is read.
 
   ssp-jax eval --config configs/tiny.py --out runs/eval_tiny        # the shipped set, offline
   ssp-jax eval --config configs/ssp_qwen2_5_7b_instruct.py --checkpoint runs/ssp/checkpoints \\
@@ -41,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _setup(args: argparse.Namespace):
-  """(config, {name: spec}) with the command-line flags folded into config.eval."""
+  """(config, {name: spec}) with the command-line flags folded into config.eval; the config's
+  world is not built yet (`_with_world` does it)."""
+  from ssp_jax import games, world_config
   from ssp_jax.eval import data
   config = config_loader.config_from_args(args)
   if "eval" not in config:
@@ -53,11 +57,21 @@ def _setup(args: argparse.Namespace):
       config.eval.limit = args.limit
     if args.seed is not None:
       config.eval.seed = args.seed
+  games.game_of(config)              # an unknown game ends here
+  world_config.validate_world(config)
   specs = data.parse_data_args(args.data) if args.data else dict(config.eval.datasets)
   return config, specs
 
 
+def _with_world(config, specs: dict[str, str]) -> dict[str, str]:
+  """Builds the config's world if it has one (once, cached; its index fills the config) and
+  turns `world:<file>` specs into the world's files."""
+  from ssp_jax import world_config
+  return world_config.resolve_specs(specs, world_config.resolve_world(config))
+
+
 def run(args: argparse.Namespace) -> int:
+  from ssp_jax import games
   try:
     config, specs = _setup(args)
   except (config_loader.ConfigOverrideError, ValueError) as e:
@@ -66,11 +80,12 @@ def run(args: argparse.Namespace) -> int:
   logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                       format="%(asctime)s %(levelname)s %(name)s: %(message)s")
   logging.getLogger("absl").setLevel(logging.WARNING)
-  if config.get("game", "ssp") == "svs":   # math problems: accuracy and pass@k (docs/svs.md)
-    from ssp_jax.svs import eval as svs_eval
-    return svs_eval.run_cli(config, specs, args.checkpoint, args.out)
+  game = games.game_of(config)
+  if game.eval:   # the game's own evaluation (docs/svs.md for SvS)
+    return game.load("eval")(config, _with_world(config, specs), args.checkpoint, args.out)
   from ssp_jax.eval import build, report, runner
   try:
+    specs = _with_world(config, specs)
     sets = runner.load_eval_sets(config.eval, specs)   # data errors surface before the model
   except (OSError, ValueError, ImportError, RuntimeError) as e:
     print(f"ssp-jax eval: {e}", file=sys.stderr)

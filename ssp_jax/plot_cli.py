@@ -4,9 +4,9 @@
   ssp-jax plot runs/svs_gsm --out plots --keys oqa/accuracy,loss   # chosen keys
 
 WORKDIR is a training workdir (its metrics.jsonl is read) or a metrics.jsonl file. Without --keys
-the default keys of the run's game (SSP or SvS, from the keys present) are drawn, those absent
-from the file left out, plus every `val/...` key present. A requested key that no step has is an
-error (one line, exit 2). A key that only some steps have (SvS's vps/spa keys on steps that were
+the default keys of the run's game (ssp_jax/games.py: the `game` of the workdir's config.json, else
+recognised from the keys present) are drawn, those absent from the file left out, plus every
+`val/...` key present. A requested key that no step has is an error (one line, exit 2). A key that only some steps have (SvS's vps/spa keys on steps that were
 not skipped, `val/...` at evaluation steps) is drawn at those steps, with markers.
 The file of key `a/b` is `OUT/a_b.png`.
 """
@@ -17,18 +17,6 @@ import json
 import math
 import os
 from typing import Sequence
-
-# What the trainers write (docs/training.md, docs/svs.md); the game-play story first.
-SSP_KEYS = (
-    "proposer/valid_rate", "proposer/rule_pass_rate", "proposer/rag_pass_rate",
-    "proposer/reward_mean", "proposer/searches_mean", "solver/reward_mean",
-    "solver/solve_rate_mean", "solver/searches_mean", "batch/dummy", "loss", "pg_loss",
-    "entropy", "grad_norm", "kl", "time/step")
-SVS_KEYS = (
-    "oqa/accuracy", "oqa/boxed_rate", "oqa/under_performing", "oqa/all_correct_rate",
-    "oqa/none_correct_rate", "oqa/response_len", "vps/valid_rate", "vps/reward_mean",
-    "spa/accuracy", "svs/skipped", "svs/skipped_total", "loss", "pg_loss", "entropy",
-    "grad_norm", "time/step")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,11 +54,35 @@ def _is_number(v) -> bool:
   return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def default_keys(rows: Sequence[dict]) -> list[str]:
+def _game_from_keys(present: set):
+  from ssp_jax import games
+  found = [g for g in games.GAMES.values() if g.signature in present]
+  return found[0] if found else games.GAMES[games.DEFAULT]
+
+
+def game_of_run(path: str, rows: Sequence[dict]):
+  """The game of a run (ssp_jax/games.py): the `game` of the config.json beside its
+  metrics.jsonl, else the game whose signature key the metrics carry, else the default."""
+  from ssp_jax import games
+  workdir = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      name = json.load(f).get("game", games.DEFAULT)
+    if name in games.GAMES:
+      return games.GAMES[name]
+  except (OSError, ValueError, AttributeError):
+    pass
+  return _game_from_keys(set().union(*(r.keys() for r in rows)))
+
+
+def default_keys(rows: Sequence[dict], game=None) -> list[str]:
+  """The default keys of `game` (a games.Game; found from the keys when None) that the rows
+  have, then the per-hop solver rewards and `val/...` keys present."""
   present = set().union(*(r.keys() for r in rows))
-  game = SVS_KEYS if "oqa/accuracy" in present else SSP_KEYS
-  keys = [k for k in game if k in present]
-  keys += sorted(k for k in present if k.startswith("val/") and k not in keys)
+  game = game or _game_from_keys(present)
+  keys = [k for k in game.plot_keys if k in present]
+  keys += sorted(k for k in present if k.startswith(("solver/reward_hop", "val/"))
+                 and k not in keys)
   return keys
 
 
@@ -128,7 +140,8 @@ def check_out(out: str) -> None:
 def run(args) -> int:
   check_out(args.out)
   rows = read_metrics(args.workdir)
-  keys = [k.strip() for k in args.keys.split(",") if k.strip()] or default_keys(rows)
+  keys = ([k.strip() for k in args.keys.split(",") if k.strip()]
+          or default_keys(rows, game_of_run(args.workdir, rows)))
   if not keys:
     raise ValueError(f"none of the default keys is in {args.workdir}; name them with --keys")
   title = os.path.basename(os.path.normpath(args.workdir))

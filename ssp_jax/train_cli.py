@@ -1,4 +1,5 @@
-"""`ssp-jax train --config PATH[:ARG] [--config.field=value ...]`: Search Self-Play training.
+"""`ssp-jax train --config PATH[:ARG] [--config.field=value ...]`: training of the game the config
+names (`config.game`; the table is ssp_jax/games.py).
 
 The config is validated (unknown or mistyped overrides, bad choices, missing paths) before any
 model is loaded. See docs/training.md.
@@ -33,15 +34,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from ssp_jax.ssp.validate import ConfigError, validate_config
+  from ssp_jax import games, world_config
+  from ssp_jax.ssp.validate import ConfigError
   try:
     config = config_loader.config_from_args(args)
     if args.print_config:
       print(config)
       return 0
-    if config.get("game", "ssp") == "svs":   # SvS (math self-play) has its own checks
-      from ssp_jax.svs.validate import validate_config
-    validate_config(config)
+    game = games.game_of(config)   # each game has its own checks (ssp_jax/games.py)
+    game.load("validate")(config)
+    world_config.validate_world(config)
   except (config_loader.ConfigOverrideError, ConfigError) as e:
     print(f"ssp-jax train: {e}", file=sys.stderr)
     return 2
@@ -53,17 +55,14 @@ def run(args: argparse.Namespace) -> int:
   import jax
   try:
     prepare_workdir(config, write=jax.process_index() == 0)  # other hosts share the workdir
-    if config.get("game", "ssp") != "svs" and config.retrieval.url:
+    if "retrieval" in config and config.retrieval.url:   # games that search
       probe_retriever(config.retrieval)
     if config.get("game", "ssp") != "svs":
       probe_judge(config)
   except SetupError as e:
     print(f"ssp-jax train: {e}", file=sys.stderr)
     return 2
-  if config.get("game", "ssp") == "svs":
-    from ssp_jax.svs.trainer import train
-  else:
-    from ssp_jax.ssp.trainer import train
+  train = game.load("train")
   try:
     return train(config)
   except Exception as e:

@@ -1,0 +1,52 @@
+"""Checks a Search-R1 run config before any compute; each error names the field and the fix."""
+from __future__ import annotations
+
+from ssp_jax import world_config
+from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
+from ssp_jax.ssp import remote, rewards
+from ssp_jax.ssp.validate import ConfigError, _choice, _path, _positive, check_budgets
+
+
+def validate_config(config) -> None:
+  """Raises ConfigError on the first problem found."""
+  if config.get("game") != "search_r1" or "search_r1" not in config:
+    raise ConfigError(f"config.game={config.get('game')!r}: the Search-R1 trainer needs "
+                      "game='search_r1' and a `search_r1` section (ssp_jax.search_r1.config)")
+  s = config.search_r1
+  if not config.workdir:
+    raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
+  _positive("total_steps", config.total_steps)
+  check_budgets(config, {"search_r1.max_new_tokens": s.max_new_tokens})
+  _positive("search_r1.batch_size", s.batch_size)
+  _positive("search_r1.n", s.n)
+  _positive("search_r1.samples_per_step", s.samples_per_step, minimum=0)
+  _positive("search_r1.spam_max_tags", s.spam_max_tags, minimum=0)
+  _choice("search_r1.reward", s.reward, rewards.SOLVER_MODES)
+  _choice("rl.solver_estimator", config.rl.solver_estimator, ADVANTAGE_ESTIMATORS.names())
+  if config.rl.solver_estimator in ("grpo", "rloo") and int(s.n) < 2:
+    raise ConfigError(f"config.rl.solver_estimator={config.rl.solver_estimator!r} needs groups "
+                      f"of >= 2 but config.search_r1.n={s.n}; raise it or use 'reinforce'")
+  world_config.validate_world(config)
+  if s.train_path:
+    _path("search_r1.train_path", s.train_path)
+  elif not world_config.enabled(config):
+    raise ConfigError("config.search_r1.train_path is empty and there is no world "
+                      "(config.world.size=0); give a FlashRAG JSONL of questions with "
+                      "golden_answers, or set --config.world.size")
+  _path("model.path", config.model.path)
+  if config.warmstart.enabled:   # its demonstrations come from the SSP answer set
+    _path("ssp.answers_path", config.ssp.answers_path)
+  _path("retrieval.index_dir", config.retrieval.index_dir)
+  _choice("retrieval.on_unreachable", config.retrieval.get("on_unreachable", "error"),
+          ("error", "warn"))
+  if s.reward in ("judge", "em_then_judge") or config.eval.judge:
+    j = config.ssp.judge
+    if remote.is_url(j.source) and not j.model:
+      raise ConfigError(f"config.ssp.judge.source={j.source!r} is an endpoint URL but "
+                        "config.ssp.judge.model is empty; set it to the served model's name")
+    if not remote.is_url(j.source) and j.source != "policy":
+      _path("ssp.judge.source", j.source)
+  if config.eval.every_steps or config.eval.get("at_start", False):
+    for name, spec in config.eval.datasets.items():
+      if ":" not in spec.split("/")[0]:        # a file path (not builtin:/tfds:/world: specs)
+        _path(f"eval.datasets.{name}", spec)
