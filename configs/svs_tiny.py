@@ -10,8 +10,10 @@ configs/tiny.py. Problems: ssp_jax/data/arith_graded.jsonl, 128 problems of seed
 one-line worked example of the \boxed{} answer format, sampled at temperature 0.7: choices for a
 135M model, not the paper's (docs/svs.md has the measurement: without the example and at T=1 it
 boxed no correct answer). Some problems are then under-performing (1 or 2 of 4 solutions right),
-so steps run synthesis and an update. The evaluation reports accuracy per level (`data_source`
-arith-L<k>). `--config.svs.train_path=builtin:math_sample` is the previous default
+so steps run synthesis and an update. The evaluation runs on held-out problems,
+ssp_jax/data/arith_heldout.jsonl (64 problems, none of the training set: level 2 and level 3,
+since the training set holds every level-1 problem), and reports accuracy per level
+(`data_source` arith-L<k>). `--config.svs.train_path=builtin:math_sample` is the previous default
 (hand-written problems the 135M model almost never solves: every step skipped). Sizes: 4
 problems a step, 4 solutions each, 2 syntheses per correct response, short responses; a step
 takes minutes on 2 CPU cores.
@@ -19,6 +21,7 @@ takes minutes on 2 CPU cores.
 import ml_collections
 
 from ssp_jax.svs.arith import DEFAULT_PATH as ARITH
+from ssp_jax.svs.arith import HELDOUT_PATH as ARITH_HELDOUT
 from ssp_jax.svs.config import base_run_config
 
 
@@ -64,8 +67,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
                                     # still trains its under-performing OQA groups (original: skip)
 
   e = c.eval
-  e.datasets = ml_collections.ConfigDict({"arith": ARITH})
-  e.limit = 8                   # problems of the arithmetic set
+  e.datasets = ml_collections.ConfigDict({"arith_heldout": ARITH_HELDOUT})  # not trained on
+  e.limit = 8                   # problems of the held-out set
   e.n = 2
   e.ks = (1, 2)
   e.max_new_tokens = 256

@@ -9,8 +9,10 @@ in its own venv) and XLA reports the per-chip memory.
   PYTHONPATH=. .venv-tpu/bin/python launch/aot_compile.py \
       --config configs/ssp_qwen2_5_7b_instruct.py --topology v5p:4x4x2
 
-The model shape comes from `config.model.preset` (or `--preset`), else from config.json under
-`config.model.path`. Prints one JSON object per program.
+The model shape comes from `--preset`, else `config.model.preset`, else config.json under
+`config.model.path` when the weights are on this host, else the preset that the directory name of
+`config.model.path` names (`.../Qwen2.5-7B-Instruct` -> qwen2.5-7b), so the command above works on
+a CPU host without the 7B weights. Prints one JSON object per program.
 
 With `rl.pack` (the default) the train step is compiled in the packed layout: micro-batches of
 rl.micro_batch_size rows of the full row length (rl.pack_len, else the sequence length), with
@@ -39,11 +41,34 @@ from ssp_jax.rl import learner as learner_lib
 from ssp_jax.rl import train_state as ts
 
 
+def preset_for_path(path: str) -> str:
+  """The preset whose family and size the checkpoint directory's name carries ("" if none):
+  `Qwen2.5-7B-Instruct` -> qwen2.5-7b, `Meta-Llama-3.1-8B-Instruct` -> llama-3.1-8b."""
+  name = os.path.basename(os.path.normpath(path or "")).lower()
+  tokens = set(name.replace("_", "-").split("-"))
+  found = []
+  for preset in models.PRESETS:
+    family, _, size = preset.rpartition("-")
+    if family and family in name and size in tokens:
+      found.append(preset)
+  return max(found, key=len) if found else ""
+
+
 def model_config(cfg, preset: str) -> models.ModelConfig:
+  """The model shape to compile (see the module docstring for the order)."""
   preset = preset or cfg.model.get("preset", "")
   if preset:
     return models.get_preset(preset)
-  return models.ModelConfig.from_hf_dir(cfg.model.path)
+  path = cfg.model.path
+  if path and os.path.exists(os.path.join(os.path.expanduser(path), "config.json")):
+    return models.ModelConfig.from_hf_dir(path)
+  guess = preset_for_path(path)
+  if not guess:
+    raise SystemExit(f"aot_compile: config.model.path {path!r} has no config.json on this host "
+                     "and its name matches no preset; pass --preset NAME (known: "
+                     f"{', '.join(sorted(models.PRESETS))})")
+  print(f"aot_compile: no weights at {path!r}; using preset {guess} (its name)", file=sys.stderr)
+  return models.get_preset(guess)
 
 
 def _sds(shape, dtype, sharding):
@@ -169,7 +194,7 @@ def compile_decode_step(mcfg, cfg, sharder, batch, cache_len):
                                                  "decode_attention": attn})
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--config", required=True)
   ap.add_argument("--topology", default="v5p:4x4x2", help="e.g. v5e:4x4, v5p:4x4x2, v4:2x2x2")
@@ -180,7 +205,11 @@ def main():
   ap.add_argument("--length-mix", default=None, help="packed layout: trajectory lengths from "
                   "this mix (bench/length_mix_<name>.json or a path; default paper for SSP, "
                   "none for SvS: every trajectory a full row)")
-  a = ap.parse_args()
+  return ap
+
+
+def main(argv=None):
+  a = build_parser().parse_args(argv)
   cfg = load_config_file(a.config)
   mcfg = model_config(cfg, a.preset)
   topo = topologies.get_topology_desc(a.topology, "tpu")

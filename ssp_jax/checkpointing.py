@@ -136,10 +136,15 @@ class Checkpointer:
 
   def resolve_step(self, step: Optional[int] = None) -> int:
     """`step` if it is committed here, else the latest when None; FileNotFoundError otherwise."""
+    steps = self.all_steps()
+    if not steps:
+      raise FileNotFoundError(f"{self.directory} holds no committed checkpoint yet (a training "
+                              "run saves one every checkpoint.every steps); pass a run that has "
+                              "saved one")
     step = self.latest_step() if step is None else step
-    if step is None or step not in self.all_steps():
-      raise FileNotFoundError(f"no committed checkpoint {'' if step is None else step} in "
-                              f"{self.directory}; steps there: {self.all_steps()}")
+    if step not in steps:
+      raise FileNotFoundError(f"no committed checkpoint {step} in {self.directory}; steps there: "
+                              f"{', '.join(map(str, steps))}")
     return step
 
   _step = resolve_step  # kept for callers that used the private name
@@ -233,13 +238,19 @@ def run_tokenizer_source(ckpt_dir: str) -> str:
     return (json.load(f).get("model") or {}).get("path") or ""
 
 
-def copy_tokenizer(source: str, out_dir: str) -> list[str]:
-  """Copies the tokenizer files of `source` (an HF directory, a .gguf file - exported once -
-  or "" for the embedded default model) into `out_dir`; returns the names copied."""
-  import shutil
+def tokenizer_dir(source: str) -> str:
+  """The directory holding the tokenizer files of `source` (an HF directory, a .gguf file -
+  exported once - or "" for the embedded default model)."""
   from models.checkpoint import default_model_path, gguf_tokenizer_dir
   source = os.path.expanduser(source) if source else default_model_path()
-  tok_dir = gguf_tokenizer_dir(source) if source.endswith(".gguf") else source
+  return gguf_tokenizer_dir(source) if source.endswith(".gguf") else source
+
+
+def copy_tokenizer(source: str, out_dir: str) -> list[str]:
+  """Copies the tokenizer files of `source` (as `tokenizer_dir`) into `out_dir`; returns the
+  names copied."""
+  import shutil
+  tok_dir = tokenizer_dir(source)
   names = [n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(tok_dir, n))]
   if not any(n in names for n in ("tokenizer.json", "tokenizer.model", "vocab.json")):
     raise FileNotFoundError(f"{tok_dir!r} holds no tokenizer (tokenizer.json, vocab.json or "
@@ -247,6 +258,22 @@ def copy_tokenizer(source: str, out_dir: str) -> list[str]:
   for n in names:
     shutil.copyfile(os.path.join(tok_dir, n), os.path.join(out_dir, n))
   return names
+
+
+def restore_policy(ckpt_dir: str, step: Optional[int] = None
+                   ) -> tuple[int, models.ModelConfig, Any]:
+  """(step, model config, params) of checkpoint `step` (default latest) of a checkpoints
+  directory, restored on one device in the saved dtype, without the run's config file."""
+  ck = Checkpointer(ckpt_dir, async_save=False)
+  try:
+    step = ck.resolve_step(step)
+    cfg = ck.saved_model_config(step)
+    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    meta = ck.manager.item_metadata(step)["params"]
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=dev), meta)
+    return step, cfg, ck.restore_params(abstract, step=step)
+  finally:
+    ck.close()
 
 
 def export_checkpoint_to_hf(ckpt_dir: str, out_dir: str, *, step: Optional[int] = None,
@@ -264,16 +291,7 @@ def export_checkpoint_to_hf(ckpt_dir: str, out_dir: str, *, step: Optional[int] 
     except FileNotFoundError as e:
       log.warning("exporting without a tokenizer (`ssp-jax generate` will refuse the "
                   "directory): %s", e)
-  ck = Checkpointer(ckpt_dir, async_save=False)
-  try:
-    step = ck.resolve_step(step)
-    cfg = ck.saved_model_config(step)
-    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    meta = ck.manager.item_metadata(step)["params"]
-    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=dev), meta)
-    params = ck.restore_params(abstract, step=step)
-  finally:
-    ck.close()
+  step, cfg, params = restore_policy(ckpt_dir, step)
   if dtype is not None:
     params = jax.tree.map(lambda p: p.astype(dtype), params)
   export_hf(out_dir, cfg, params)

@@ -7,7 +7,10 @@ accuracy and pass@k for SvS, ssp_jax/svs/eval.py). A config with a generated wor
   ssp-jax eval --config configs/ssp_qwen2_5_7b_instruct.py --checkpoint runs/ssp/checkpoints \\
       --data nq=data/nq_test.jsonl --data bamboogle=data/bamboogle_test.jsonl --out runs/eval
 
-Writes OUT/results.json, OUT/results.md and OUT/predictions_<dataset>.jsonl. See docs/eval.md.
+Writes OUT/predictions_<dataset>.jsonl for the datasets of this run and merges their scores into
+OUT/results.json and OUT/results.md, keeping other datasets' earlier scores (each marked with the
+run that wrote it; ssp_jax/eval/outputs.py). An unwritable OUT is reported before the evaluation.
+See docs/eval.md.
 """
 from __future__ import annotations
 
@@ -83,23 +86,33 @@ def run(args: argparse.Namespace) -> int:
   game = games.game_of(config)
   if game.eval:   # the game's own evaluation (docs/svs.md for SvS)
     return game.load("eval")(config, _with_world(config, specs), args.checkpoint, args.out)
-  from ssp_jax.eval import build, report, runner
+  from ssp_jax.eval import build, outputs, report, runner
   try:
     specs = _with_world(config, specs)
+    previous = outputs.prepare(args.out, "qa")          # an unusable --out before any work
     sets = runner.load_eval_sets(config.eval, specs)   # data errors surface before the model
   except (OSError, ValueError, ImportError, RuntimeError) as e:
     print(f"ssp-jax eval: {e}", file=sys.stderr)
     return 2
   comp = build.build(config, args.checkpoint)
-  meta = {"policy": comp.policy, "config": args.config, "data": specs,
+  meta = {"kind": "qa", "policy": comp.policy, "config": args.config, "data": specs,
           "limit": config.eval.limit, "seed": config.eval.seed,
           "max_new_tokens": config.eval.max_new_tokens or config.rollout.max_response_tokens,
           "judge": config.eval.judge or None}
-  results, preds = runner.run_eval(comp.engine, comp.params, sets,
-                                   batch_size=config.eval.batch_size,
-                                   max_new_tokens=config.eval.max_new_tokens or None,
-                                   judge=comp.judge, seed=config.eval.seed, meta=meta)
-  paths = report.write_results(args.out, results, preds, title=f"ssp-jax eval: {comp.policy}")
-  print(report.results_markdown(results, title=f"ssp-jax eval: {comp.policy}"))
-  print(json.dumps({"results": paths["json"], "table": paths["md"]}))
+  progress = bool(config.get("progress", True))
+  results, preds = runner.run_eval(
+      comp.engine, comp.params, sets,
+      batch_size=runner.progress_batch_size(config.eval.batch_size, config.rollout.batch_size,
+                                            progress),
+      max_new_tokens=config.eval.max_new_tokens or None, judge=comp.judge,
+      seed=config.eval.seed, progress=progress)
+  run_id = outputs.new_run_id()
+  per_ds, meta, replaced = outputs.merge(previous, report.per_dataset(results), sets, run_id,
+                                         meta)
+  merged = report.results_dict(per_ds, meta)
+  title = f"ssp-jax eval: {comp.policy}"
+  outputs.say_replaced(replaced, previous, args.out)
+  paths = outputs.write(args.out, merged, report.results_markdown(merged, title), preds)
+  print(report.results_markdown(merged, title))
+  print(json.dumps({"results": paths["json"], "table": paths["md"], "run": run_id}))
   return 0

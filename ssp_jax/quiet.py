@@ -10,11 +10,16 @@ transformers are imported. What it hides, measured on a CPU run of `ssp-jax trai
 Real warnings of these libraries (WARNING and above from jax, faiss, absl's Python logger)
 still print. SSP_JAX_DEBUG=1 turns all of this off. Settings the user already made (the
 environment variables above) are kept.
+
+`logs_above_bars` keeps the project's own INFO lines (a checkpoint written, an evaluation's
+scores) from breaking a progress bar: while a bar runs they print through `tqdm.write`.
 """
 from __future__ import annotations
 
 import logging
 import os
+import sys
+from typing import Callable
 
 # logger name -> the lowest level that still prints
 _LOGGERS = {
@@ -39,3 +44,20 @@ def quiet_libraries() -> None:
     logger = logging.getLogger(name)
     if logger.level == logging.NOTSET or logger.level < level:
       logger.setLevel(level)
+
+
+def logs_above_bars(enabled: bool = True) -> Callable[[], None]:
+  """Routes the root logger's console handlers through `tqdm.write` while a progress bar runs,
+  so that a log line (a checkpoint saved, an evaluation's scores) prints on its own line above
+  the bar instead of being spliced into it and leaving a broken bar behind. Returns the function
+  that restores the handlers (call it when the bar closes). A no-op when `enabled` is false (no
+  bar is drawn) or when no console handler is configured."""
+  root = logging.getLogger()
+  console = [h for h in root.handlers if isinstance(h, logging.StreamHandler)
+             and getattr(h, "stream", None) in (sys.stdout, sys.stderr)]
+  if not enabled or not console:
+    return lambda: None
+  from tqdm.contrib.logging import logging_redirect_tqdm
+  ctx = logging_redirect_tqdm([root])
+  ctx.__enter__()
+  return lambda: ctx.__exit__(None, None, None)

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   config_loader.add_config_arguments(
       parser, default=DEFAULT_CONFIG if os.path.exists(DEFAULT_CONFIG) else None)
   parser.add_argument("--print_config", action="store_true",
-                      help="print the resolved config and exit")
+                      help="print the resolved config (JSON) and exit")
   parser.add_argument("--log_level", default="INFO", help="python logging level")
 
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
   try:
     config = config_loader.config_from_args(args)
     if args.print_config:
-      print(config)
+      print(config.to_json_best_effort(indent=2))   # plain JSON values, no !!python/tuple
       return 0
     game = games.game_of(config)   # each game has its own checks (ssp_jax/games.py)
     game.load("validate")(config)

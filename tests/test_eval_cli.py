@@ -49,7 +49,7 @@ def _check_outputs(out_dir, exs, name="wiki10"):
     assert s[key] == pytest.approx(sum(p[field] for p in preds) / 10), key
   assert res["averages"]["overall"]["em"] == pytest.approx(s["em"])
   md = open(os.path.join(out_dir, "results.md")).read()
-  assert "| Metric | NQ |" in md and name in md
+  assert f"| Metric | {name} |" in md   # only the columns with data
   return res, preds
 
 

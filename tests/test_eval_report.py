@@ -108,15 +108,26 @@ def test_reserved_names_rejected():
 
 
 def test_markdown_table_layout():
+  """Only the columns with data: Table 1's datasets in its order, Avg., then the others."""
   res = report.results_dict({"nq": _summary(0.25), "bamboogle": _summary(0.5),
                              "wiki_sample": _summary(0.75)})
   md = report.results_markdown(res)
   header = next(line for line in md.splitlines() if line.startswith("| Metric"))
-  assert header.split("|")[2:-1] == [" NQ ", " TriviaQA ", " PopQA ", " HotpotQA ", " 2Wiki ",
-                                     " MuSiQue ", " Bamboogle ", " Avg. ", " wiki_sample "]
+  assert header.split("|")[2:-1] == [" NQ ", " Bamboogle ", " Avg. ", " wiki_sample "]
   em_row = next(line for line in md.splitlines() if line.startswith("| EM "))
-  assert [c.strip() for c in em_row.split("|")[2:-1]] == [
-      "25.0", "–", "–", "–", "–", "–", "50.0", "37.5", "75.0"]
+  assert [c.strip() for c in em_row.split("|")[2:-1]] == ["25.0", "50.0", "37.5", "75.0"]
+  assert "–" not in md
+
+
+def test_markdown_one_dataset_has_one_column_and_names_runs():
+  res = report.results_dict({"wiki_sample": {**_summary(0.75), "run": "r1"}})
+  md = report.results_markdown(res)
+  header = next(line for line in md.splitlines() if line.startswith("| Metric"))
+  assert header.split("|")[2:-1] == [" wiki_sample "]
+  assert "| wiki_sample | " in md and " r1 |" in md and "evaluation runs" not in md
+  two = report.results_dict({"a": {**_summary(0.5), "run": "r1"},
+                             "b": {**_summary(0.5), "run": "r2"}})
+  assert "come from 2 evaluation runs" in report.results_markdown(two)
 
 
 def test_write_results_and_flat_metrics(tmp_path):

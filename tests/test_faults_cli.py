@@ -105,9 +105,10 @@ def seen_stops(monkeypatch):
 
 def test_generate_keeps_search_stop_when_searching(tiny, bm25_index, seen_stops, capsys):
   assert _generate(tiny, "--index-dir", bm25_index) == 0
-  assert _generate(tiny, "--index-dir", bm25_index, "--stop", "</answer>") == 0
+  assert _generate(tiny, "--index-dir", bm25_index, "--stop", ".") == 0
   assert _generate(tiny, "--stop", "</answer>") == 0            # no retriever: no search stop
-  assert seen_stops == [("</search>",), ("</answer>", "</search>"), ("</answer>",)]
+  # searching: </answer> by default (as the solver), --stop replaces it; </search> always
+  assert seen_stops == [("</answer>", "</search>"), (".", "</search>"), ("</answer>",)]
   lines = [json.loads(l) for l in capsys.readouterr().out.strip().splitlines()]
   assert len(lines) == 3 and all(l["truncated"] is False for l in lines)
 

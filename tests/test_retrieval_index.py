@@ -159,9 +159,15 @@ def test_cli_index_build(tiny_e5, small_corpus, tmp_path, capsys):
   assert cli.main(["index", "build", "--corpus", corpus, "--encoder", "dense", "--encoder-path",
                    tiny_e5, "--out", out, "--index-type", "flat", "--batch-size", "16",
                    "--max-length", "128", "--quiet"]) == 0
-  meta = json.loads(capsys.readouterr().out)
+  stdout = capsys.readouterr().out
+  assert len(stdout.strip().splitlines()) == 1 and "meta.json" in stdout   # a summary, no JSON
+  meta = json.load(open(os.path.join(out, "meta.json")))
   assert meta["spec"]["max_length"] == 128 and meta["spec"]["passage_prefix"] == "passage: "
   assert meta["num_passages"] == len(recs)
+  # the defaults are the default index's: 1-sentence contextual windows, bf16 matmuls
+  assert meta["windows"]["sentences"] == 1 and meta["windows"]["encoding"] == "contextual"
+  assert meta["matmul_dtype"] == "bfloat16" and meta["dtype"] == "float32"
+  assert f"{len(recs)} passages" in stdout and "1-sentence windows" in stdout
   out_bm25 = str(tmp_path / "cli_bm25")
   assert cli.main(["index", "build", "--corpus", corpus, "--encoder", "bm25", "--out", out_bm25,
                    "--quiet"]) == 0

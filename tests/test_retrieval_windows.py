@@ -125,16 +125,17 @@ def test_cli_sentence_windows(tiny_bert, tmp_path):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
   cmd = [sys.executable, "-m", "ssp_jax.cli", "index", "build", "--corpus", corpus, "--encoder",
          "dense", "--encoder-path", tiny_bert, "--out", out, "--quiet"]
-  p = subprocess.run(cmd + ["--sentence-windows", "1"], env=env, capture_output=True, text=True)
+  p = subprocess.run(cmd + ["--sentence-windows", "1", "--matmul-dtype", "float32"], env=env,
+                     capture_output=True, text=True)
   assert p.returncode == 0, p.stderr
-  meta = json.loads(p.stdout)
+  meta = json.load(open(os.path.join(out, "meta.json")))
   assert meta["windows"]["sentences"] == 1 and meta["windows"]["encoding"] == "contextual"
   assert meta["matmul_dtype"] == "float32"
   assert load_retriever(out).search(["a"], 2)[0][0]["id"]
   p = subprocess.run(cmd + ["--sentence-windows", "1", "--window-encoding", "separate",
                             "--matmul-dtype", "bfloat16"], env=env, capture_output=True, text=True)
   assert p.returncode == 0, p.stderr
-  meta = json.loads(p.stdout)
+  meta = json.load(open(os.path.join(out, "meta.json")))
   assert meta["windows"]["encoding"] == "separate" and meta["matmul_dtype"] == "bfloat16"
   p = subprocess.run(cmd + ["--sentence-windows", "-1"], env=env, capture_output=True, text=True)
   assert p.returncode == 2 and "sentence_windows must be >= 0" in p.stderr

@@ -29,8 +29,13 @@ class EvalComponents:
   policy: str          # what was loaded, for results.json meta
 
 
-def _orbax_dir(path: str) -> Optional[tuple[str, Optional[int]]]:
-  """(checkpoints dir, step or None=latest) if `path` is a training checkpoint location."""
+def resolve_checkpoint(path: str) -> Optional[tuple[str, Optional[int]]]:
+  """(checkpoints dir, step or None = latest) when `path` is a training checkpoint location: a
+  run's workdir (holding `checkpoints/`), its `checkpoints/` directory, or one
+  `checkpoints/<step>` directory; None for anything else (an HF directory, a file, a missing
+  path). `ssp-jax eval`, `export` and `generate` all resolve `--checkpoint` with it."""
+  if not os.path.isdir(path):
+    return None
   if os.path.isdir(os.path.join(path, "checkpoints")):
     return os.path.join(path, "checkpoints"), None
   base = os.path.basename(os.path.normpath(path))
@@ -58,7 +63,7 @@ def restore_trained_params(ckpt_dir: str, step: Optional[int], like: Any) -> tup
 def load_policy(config, checkpoint: Optional[str], sharder):
   """(model_cfg, params, tokenizer, description) of the policy to evaluate."""
   dtype, fmt = config.rl.param_dtype, config.model.chat_format
-  orbax = _orbax_dir(checkpoint) if checkpoint and os.path.isdir(checkpoint) else None
+  orbax = resolve_checkpoint(checkpoint) if checkpoint else None
   if checkpoint and not orbax:
     if not os.path.exists(checkpoint) and not checkpoint.startswith("registry:"):
       raise FileNotFoundError(f"--checkpoint {checkpoint!r} does not exist (give an HF directory, "

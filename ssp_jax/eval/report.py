@@ -62,6 +62,11 @@ def averages(per_ds: dict[str, dict]) -> dict[str, dict]:
   return {k: v for k, v in groups.items() if v is not None}
 
 
+def per_dataset(results: dict[str, Any]) -> dict[str, dict]:
+  """The dataset entries of a results dict (without `averages` and `meta`)."""
+  return {k: v for k, v in results.items() if k not in RESERVED}
+
+
 def results_dict(per_ds: dict[str, dict], meta: Optional[dict] = None) -> dict[str, Any]:
   bad = [n for n in per_ds if n in RESERVED]
   if bad:
@@ -79,28 +84,40 @@ def _cell(summary: Optional[dict], key: str) -> str:
 
 
 def results_markdown(results: dict[str, Any], title: str = "Evaluation") -> str:
-  """A table laid out like the paper's Table 1 (rows: metrics; columns: datasets, x100), then
-  any other datasets, then search/length statistics."""
+  """A table laid out like the paper's Table 1 (rows: metrics; columns: datasets, x100) with
+  only the columns that have data (Table 1's datasets in its order, "Avg." when more than one
+  dataset ran, then any other datasets), then search/length statistics and, when the datasets
+  come from several `ssp-jax eval` runs, the run that wrote each."""
   per_ds = {k: v for k, v in results.items() if k not in RESERVED}
   avg = results.get("averages", {})
+  table1 = [n for n in TABLE1 if n in per_ds]
   extra = [n for n in per_ds if n not in TABLE1]
+  with_avg = len(per_ds) > 1 and "overall" in avg
   metrics = [m for m in SCORES if any(m in s for s in per_ds.values())]
-  cols = [DISPLAY[n] for n in TABLE1] + ["Avg."] + extra
+  cols = [DISPLAY[n] for n in table1] + (["Avg."] if with_avg else []) + extra
+  runs = [s.get("run") for s in per_ds.values()]
   lines = [f"# {title}", "",
            "Scores x100. General QA: NQ, TriviaQA, PopQA; multi-hop QA: HotpotQA, 2Wiki, "
            "MuSiQue, Bamboogle; Avg. is the macro average (see ssp_jax/eval/report.py).", "",
            "| Metric | " + " | ".join(cols) + " |",
            "|---" * (len(cols) + 1) + "|"]
   for m in metrics:
-    cells = [_cell(per_ds.get(n), m) for n in TABLE1]
-    cells.append(_cell(avg.get("overall"), m))
+    cells = [_cell(per_ds.get(n), m) for n in table1]
+    if with_avg:
+      cells.append(_cell(avg.get("overall"), m))
     cells += [_cell(per_ds[n], m) for n in extra]
     lines.append(f"| {m.upper() if m != 'judge' else 'Judge'} | " + " | ".join(cells) + " |")
-  lines += ["", "| Dataset | n | searches (mean) | response tokens (mean) | no answer |",
-            "|---|---|---|---|---|"]
+  show_run = any(runs)
+  lines += ["", "| Dataset | n | searches (mean) | response tokens (mean) | no answer |"
+            + (" run |" if show_run else ""),
+            "|---|---|---|---|---|" + ("---|" if show_run else "")]
   for n, s in per_ds.items():
     lines.append(f"| {n} | {s['n']} | {s['searches_mean']:.2f} | {s['length_mean']:.1f} | "
-                 f"{100 * s.get('no_answer_rate', 0.0):.1f}% |")
+                 f"{100 * s.get('no_answer_rate', 0.0):.1f}% |"
+                 + (f" {s.get('run', '')} |" if show_run else ""))
+  if len(set(runs)) > 1:
+    lines.append(f"\nThese datasets come from {len(set(runs))} evaluation runs (column `run`; "
+                 "their settings: results.json, meta.runs); averages mix them.")
   for g in ("general_qa", "multi_hop"):
     if g in avg:
       vals = ", ".join(f"{m} {100 * avg[g][m]:.1f}" for m in metrics if m in avg[g])

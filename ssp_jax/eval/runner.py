@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 
@@ -80,9 +80,10 @@ def add_judge(judge, preds: list[dict]) -> None:
 
 
 def rollouts(engine, params, examples: Sequence[dict], rng: jax.Array, *, batch_size: int,
-             max_new_tokens: Optional[int]) -> list[Trajectory]:
+             max_new_tokens: Optional[int],
+             on_done: Optional[Callable[[int], None]] = None) -> list[Trajectory]:
   """Greedy solver rollouts with search, `batch_size` questions per engine call (<= 0: all in
-  one call), in order."""
+  one call), in order; `on_done(n)` after each call (a progress bar's update)."""
   trajs: list[Trajectory] = []
   step = batch_size if batch_size > 0 else max(1, len(examples))
   for start in range(0, len(examples), step):
@@ -94,14 +95,17 @@ def rollouts(engine, params, examples: Sequence[dict], rng: jax.Array, *, batch_
       raise RuntimeError(f"rollout engine returned {len(out)} trajectories for {len(chunk)} "
                          "prompts")
     trajs += out
+    if on_done is not None:
+      on_done(len(out))
   return trajs
 
 
 def run_dataset(engine, params, examples: Sequence[dict], rng: jax.Array, *, batch_size: int,
-                max_new_tokens: Optional[int], judge=None) -> list[dict]:
+                max_new_tokens: Optional[int], judge=None,
+                on_done: Optional[Callable[[int], None]] = None) -> list[dict]:
   """Rollouts + scores for one dataset: one prediction record per example, in order."""
   trajs = rollouts(engine, params, examples, rng, batch_size=batch_size,
-                   max_new_tokens=max_new_tokens)
+                   max_new_tokens=max_new_tokens, on_done=on_done)
   preds = [score(e, t) for e, t in zip(examples, trajs)]
   if judge is not None:
     add_judge(judge, preds)
@@ -110,19 +114,58 @@ def run_dataset(engine, params, examples: Sequence[dict], rng: jax.Array, *, bat
 
 def run_eval(engine, params, datasets: dict[str, Sequence[dict]], *, batch_size: int = 0,
              max_new_tokens: Optional[int] = None, judge=None, seed: int = 0,
-             meta: Optional[dict] = None) -> tuple[dict[str, Any], dict[str, list[dict]]]:
-  """Runs every dataset; returns (results dict as in results.json, predictions per dataset)."""
+             meta: Optional[dict] = None, progress: bool = False
+             ) -> tuple[dict[str, Any], dict[str, list[dict]]]:
+  """Runs every dataset; returns (results dict as in results.json, predictions per dataset).
+  With `progress`, one tqdm bar per dataset on stderr (questions done), advanced after each
+  engine call of `batch_size` questions."""
   rng = jax.random.PRNGKey(seed)
   preds_by_ds, per_ds = {}, {}
   for k, (name, examples) in enumerate(datasets.items()):
     t0 = time.perf_counter()
-    preds = run_dataset(engine, params, list(examples), jax.random.fold_in(rng, k),
-                        batch_size=batch_size, max_new_tokens=max_new_tokens, judge=judge)
+    with ProgressBar(len(examples), f"eval {name}", "question", progress) as bar:
+      preds = run_dataset(engine, params, list(examples), jax.random.fold_in(rng, k),
+                          batch_size=batch_size, max_new_tokens=max_new_tokens, judge=judge,
+                          on_done=bar.update)
     preds_by_ds[name], per_ds[name] = preds, report.summarize(preds)
     per_ds[name]["seconds"] = round(time.perf_counter() - t0, 3)
     log.info("eval %s: n=%d em=%.3f f1=%.3f (%.1fs)", name, len(preds), per_ds[name]["em"],
              per_ds[name]["f1"], per_ds[name]["seconds"])
   return report.results_dict(per_ds, meta), preds_by_ds
+
+
+def progress_batch_size(batch_size: int, slots: int, progress: bool) -> int:
+  """Questions per engine call for the `ssp-jax eval` command: `batch_size` when set; else,
+  with a progress bar, 4 x the engine's decode slots (the bar moves every few minutes at most
+  on a CPU, and the engine still refills slots within a call); else 0 (one call a dataset)."""
+  if batch_size > 0 or not progress:
+    return batch_size
+  return 4 * max(1, int(slots))
+
+
+class ProgressBar:
+  """A tqdm bar on stderr whose log lines print above it (ssp_jax/quiet.py), or a no-op."""
+
+  def __init__(self, total: int, desc: str, unit: str, enabled: bool):
+    self.enabled = enabled
+    if enabled:
+      from tqdm import tqdm
+
+      from ssp_jax.quiet import logs_above_bars
+      self.bar = tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True)
+      self.restore = logs_above_bars(True)
+
+  def update(self, n: int) -> None:
+    if self.enabled:
+      self.bar.update(n)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    if self.enabled:
+      self.bar.close()
+      self.restore()
 
 
 def flat_metrics(results: dict[str, Any], prefix: str = "val") -> dict[str, float]:

@@ -21,6 +21,7 @@ import time
 import jax
 import numpy as np
 
+from ssp_jax.quiet import logs_above_bars
 from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl.config import ROLE_IDS, ROLES, UPDATE_SCHEDULES
 from ssp_jax.ssp import game as game_lib
@@ -226,6 +227,7 @@ def _train_loop(config, build_fn, desc, postfix, stop: StopOnSignal) -> int:
   from tqdm import tqdm
   bar = tqdm(total=total, initial=start, desc=desc, unit="step", dynamic_ncols=True,
              disable=not config.progress or jax.process_index() != 0)
+  restore_logs = logs_above_bars(not bar.disable)   # log lines print above the bar
   code = 0
   try:
     if start == 0 and c.evaluator is not None and config.eval.get("at_start", False):
@@ -256,6 +258,7 @@ def _train_loop(config, build_fn, desc, postfix, stop: StopOnSignal) -> int:
         return _stopped(c, stop, done)
   finally:
     bar.close()
+    restore_logs()
     outputs.close()
     c.close()
   return code

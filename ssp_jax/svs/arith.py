@@ -100,14 +100,17 @@ FORMAT_HINT = "Example: What is 1 + 1? 1 + 1 = 2. The answer is \\boxed{2}.\nNow
 
 
 def generate(n: int, levels: Sequence[int] = tuple(LEVELS), seed: int = 0,
-             weights: Sequence[float] = (), format_hint: bool = False) -> list[dict]:
+             weights: Sequence[float] = (), format_hint: bool = False,
+             exclude: Iterable[str] = ()) -> list[dict]:
   """n distinct problems, levels drawn with `weights` (default uniform), seeded; with
-  `format_hint` each problem text starts with FORMAT_HINT."""
+  `format_hint` each problem text starts with FORMAT_HINT. Problems whose text (without the
+  hint) is in `exclude` are skipped: a held-out set shares no problem with a training set."""
   bad = [lv for lv in levels if lv not in LEVELS]
   if bad:
     raise ValueError(f"unknown arithmetic level(s) {bad}; known: {sorted(LEVELS)}")
   r = random.Random(seed)
-  out, seen = [], set()
+  out = []
+  seen = {p[len(FORMAT_HINT):] if p.startswith(FORMAT_HINT) else p for p in exclude}
   for _ in range(n * 200):
     if len(out) == n:
       break
@@ -140,6 +143,13 @@ DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
                             "arith_graded.jsonl")
 DEFAULT_N, DEFAULT_SEED = 128, 0
 DEFAULT_LEVELS, DEFAULT_WEIGHTS = (1, 2), (3, 1)   # all 81 level-1 problems, the rest level 2
+# The held-out set configs/svs_tiny.py evaluates on (ssp_jax/data/arith_heldout.jsonl): no
+# problem of the training set. Level 1 has only 81 distinct problems and the training set holds
+# them all, so the held-out set is level 2 (the training set's other level) and level 3 (single-
+# digit subtraction and multiplication, operations the training set does not have):
+#   python -m ssp_jax.svs.arith --out ssp_jax/data/arith_heldout.jsonl --n 64 --seed 1 \
+#       --levels 2,3 --weights 1,1 --exclude ssp_jax/data/arith_graded.jsonl
+HELDOUT_PATH = os.path.join(os.path.dirname(DEFAULT_PATH), "arith_heldout.jsonl")
 
 
 def main(argv=None) -> int:
@@ -151,10 +161,15 @@ def main(argv=None) -> int:
   p.add_argument("--weights", default=",".join(map(str, DEFAULT_WEIGHTS)))
   p.add_argument("--no-format-hint", dest="format_hint", action="store_false",
                  help="plain problems (default: FORMAT_HINT before each, for tiny models)")
+  p.add_argument("--exclude", action="append", default=[], metavar="JSONL",
+                 help="skip every problem of this set (repeatable): a held-out set")
   a = p.parse_args(argv)
   levels = [int(x) for x in a.levels.split(",") if x]
   weights = [float(x) for x in a.weights.split(",") if x]
-  print(write_jsonl(generate(a.n, levels, a.seed, weights, a.format_hint), a.out), "problems ->", a.out)
+  exclude = [json.loads(line)["problem"] for path in a.exclude for line in open(path)
+             if line.strip()]
+  print(write_jsonl(generate(a.n, levels, a.seed, weights, a.format_hint, exclude), a.out),
+        "problems ->", a.out)
   return 0
 
 

@@ -5,9 +5,11 @@ data source (anchors.md 2.4; the paper reports Pass@32).
   ssp-jax eval --config configs/svs_tiny.py --checkpoint runs/svs_tiny \\
       --data math500=data/math500.jsonl --out runs/eval_svs
 
-(`ssp-jax eval` hands configs with `game = "svs"` to `run_cli` here.) Writes OUT/results.json
-({source: {"problems", "samples_per_problem", "acc", "pass@k"...}, "meta": {...}}) and
-OUT/predictions_<dataset>.jsonl. A record's `data_source` field splits a file into sources (the
+(`ssp-jax eval` hands configs with `game = "svs"` to `run_cli` here.) Writes
+OUT/predictions_<dataset>.jsonl and merges into OUT/results.json ({source: {"problems",
+"samples_per_problem", "acc", "pass@k"..., "dataset", "run"}, "meta": {...}}) and OUT/results.md
+as the QA evaluation does (ssp_jax/eval/outputs.py: earlier datasets kept, each marked with its
+run). A record's `data_source` field splits a file into sources (the
 original's MATH-500 / AIME-2024 / AIME-2025 file); without it the source is the dataset name.
 
 pass@k = 1 - C(n - c, k) / C(n, k) for c correct of n samples (Chen et al. 2021), computed as
@@ -80,8 +82,10 @@ def summarize(records: Sequence[dict], n: int, ks: Sequence[int]) -> dict[str, A
 
 
 def sample(engine, params, problems: Sequence[MathProblem], rng, *, n: int, temperature: float,
-           top_p: float, max_new_tokens: Optional[int], batch_size: int = 0) -> list[str]:
-  """n sampled responses per problem (in blocks of n), `batch_size` problems per engine call."""
+           top_p: float, max_new_tokens: Optional[int], batch_size: int = 0,
+           on_done=None) -> list[str]:
+  """n sampled responses per problem (in blocks of n), `batch_size` problems per engine call;
+  `on_done(problems)` after each call (a progress bar's update)."""
   texts: list[str] = []
   step = batch_size if batch_size > 0 else max(1, len(problems))
   for start in range(0, len(problems), step):
@@ -91,28 +95,39 @@ def sample(engine, params, problems: Sequence[MathProblem], rng, *, n: int, temp
                             use_search=False, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens)
     texts += [t.text for t in trajs]
+    if on_done is not None:
+      on_done(len(trajs) // n)
   return texts
 
 
-def run_eval(engine, params, sets: dict[str, Sequence[MathProblem]], eval_cfg
+def run_eval(engine, params, sets: dict[str, Sequence[MathProblem]], eval_cfg, *,
+             progress: bool = False, batch_size: Optional[int] = None
              ) -> tuple[dict[str, Any], dict[str, list[dict]]]:
-  """(results by source, prediction records by dataset) for every dataset of `sets`."""
+  """(results by source, prediction records by dataset) for every dataset of `sets`; each
+  source's summary names its `dataset`. With `progress`, a tqdm bar per dataset (problems);
+  `batch_size` (problems per engine call) defaults to `eval_cfg.batch_size`."""
+  from ssp_jax.eval.runner import ProgressBar
   rng = jax.random.PRNGKey(eval_cfg.seed)
   n, ks = int(eval_cfg.n), tuple(int(k) for k in eval_cfg.ks)
   by_source: dict[str, list[dict]] = collections.defaultdict(list)
+  dataset_of: dict[str, str] = {}
   preds = {}
   for i, (name, problems) in enumerate(sets.items()):
     t0 = time.perf_counter()
-    texts = sample(engine, params, list(problems), jax.random.fold_in(rng, i), n=n,
-                   temperature=eval_cfg.temperature, top_p=eval_cfg.top_p,
-                   max_new_tokens=eval_cfg.max_new_tokens or None,
-                   batch_size=eval_cfg.batch_size)
+    with ProgressBar(len(problems), f"eval {name}", "problem", progress) as bar:
+      texts = sample(engine, params, list(problems), jax.random.fold_in(rng, i), n=n,
+                     temperature=eval_cfg.temperature, top_p=eval_cfg.top_p,
+                     max_new_tokens=eval_cfg.max_new_tokens or None,
+                     batch_size=eval_cfg.batch_size if batch_size is None else batch_size,
+                     on_done=bar.update)
     preds[name] = score(list(problems), texts, n)
     for r in preds[name]:
       by_source[r["source"] or name].append(r)
+      dataset_of.setdefault(r["source"] or name, name)
     log.info("eval %s: %d problems x %d samples (%.1fs)", name, len(problems), n,
              time.perf_counter() - t0)
-  return {src: summarize(recs, n, ks) for src, recs in by_source.items()}, preds
+  return {src: {**summarize(recs, n, ks), "dataset": dataset_of[src]}
+          for src, recs in by_source.items()}, preds
 
 
 def flat_metrics(results: dict[str, Any], prefix: str = "val") -> dict[str, float]:
@@ -122,7 +137,8 @@ def flat_metrics(results: dict[str, Any], prefix: str = "val") -> dict[str, floa
 
 
 def write_results(out_dir: str, results: dict, preds: dict[str, list[dict]]) -> str:
-  """Writes results.json and predictions_<dataset>.jsonl; returns the results.json path."""
+  """Writes results.json, results.md and predictions_<dataset>.jsonl into a fresh directory
+  (the in-training evaluation's `eval/step_<k>/`); returns the results.json path."""
   os.makedirs(out_dir, exist_ok=True)
   for name, recs in preds.items():
     with open(os.path.join(out_dir, f"predictions_{name}.jsonl"), "w", encoding="utf-8") as f:
@@ -131,20 +147,35 @@ def write_results(out_dir: str, results: dict, preds: dict[str, list[dict]]) -> 
   path = os.path.join(out_dir, "results.json")
   with open(path, "w", encoding="utf-8") as f:
     json.dump(results, f, indent=2, ensure_ascii=False)
+  with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as f:
+    f.write(results_markdown(results, title="SvS evaluation"))
   return path
 
 
-def results_markdown(results: dict) -> str:
-  """A small table, scores x100 as the papers print them."""
+def results_markdown(results: dict, title: Optional[str] = None) -> str:
+  """A small table, scores x100 as the papers print them; with `title`, the whole results.md
+  (a heading, the table, the run that wrote each row when there are several)."""
   srcs = [s for s in results if s != "meta"]
   keys = ["acc"] + sorted({k for s in srcs for k in results[s] if k.startswith("pass@")},
                           key=lambda k: int(k[5:]))
-  lines = ["| source | problems | " + " | ".join(keys) + " |",
-           "| --- | --- | " + " | ".join("---" for _ in keys) + " |"]
+  runs = [results[s].get("run") for s in srcs]
+  show_run = len(set(runs)) > 1
+  run_col = (" run |", " --- |") if show_run else ("", "")
+  lines = ["| source | problems | " + " | ".join(keys) + " |" + run_col[0],
+           "| --- | --- | " + " | ".join("---" for _ in keys) + " |" + run_col[1]]
   for s in srcs:
     lines.append(f"| {s} | {results[s]['problems']} | "
-                 + " | ".join(f"{100 * results[s][k]:.1f}" for k in keys) + " |")
-  return "\n".join(lines)
+                 + " | ".join(f"{100 * results[s][k]:.1f}" for k in keys) + " |"
+                 + (f" {results[s].get('run', '')} |" if show_run else ""))
+  if title is None:
+    return "\n".join(lines)
+  samples = sorted({results[s]["samples_per_problem"] for s in srcs})
+  head = [f"# {title}", "", "Scores x100: acc is the mean fraction of correct samples ("
+          + "/".join(map(str, samples)) + " per problem), pass@k the unbiased estimate "
+          "(ssp_jax/svs/eval.py).", ""]
+  tail = ([f"\nThese rows come from {len(set(runs))} evaluation runs (column `run`; their "
+           "settings: results.json, meta.runs)."] if show_run else [])
+  return "\n".join(head + lines + tail) + "\n"
 
 
 def evaluate(engine, params, sets, eval_cfg, *, out_dir: Optional[str] = None,
@@ -159,18 +190,30 @@ def evaluate(engine, params, sets, eval_cfg, *, out_dir: Optional[str] = None,
 def run_cli(config, specs: dict[str, str], checkpoint: Optional[str], out_dir: str) -> int:
   """`ssp-jax eval` for an SvS config: loads the policy (`--checkpoint` as for SSP), samples,
   scores, writes OUT/results.json and prints the table."""
+  from ssp_jax.eval import outputs
   from ssp_jax.eval.build import load_policy
+  from ssp_jax.eval.runner import progress_batch_size
   from ssp_jax.rollout import RolloutEngine
   from ssp_jax.ssp.build import make_sharder
+  previous = outputs.prepare(out_dir, "math")         # an unusable --out before any work
   sets = load_eval_sets(config.eval, specs)           # data errors surface before the model
   sharder = make_sharder(config)
   model_cfg, params, tok, desc = load_policy(config, checkpoint, sharder)
   engine = RolloutEngine(model_cfg, tok, config.rollout, None, sharder)
-  results, preds = run_eval(engine, params, sets, config.eval)
-  results["meta"] = {"policy": desc, "data": specs, "n": config.eval.n,
-                     "ks": list(config.eval.ks), "limit": config.eval.limit,
-                     "temperature": config.eval.temperature, "top_p": config.eval.top_p}
-  path = write_results(out_dir, results, preds)
-  print(results_markdown(results))
-  print(json.dumps({"results": path}))
+  progress = bool(config.get("progress", True))
+  slots = max(1, int(config.rollout.batch_size) // max(1, int(config.eval.n)))
+  results, preds = run_eval(engine, params, sets, config.eval, progress=progress,
+                            batch_size=progress_batch_size(config.eval.batch_size, slots,
+                                                           progress))
+  meta = {"kind": "math", "policy": desc, "data": specs, "n": config.eval.n,
+          "ks": list(config.eval.ks), "limit": config.eval.limit,
+          "temperature": config.eval.temperature, "top_p": config.eval.top_p}
+  run_id = outputs.new_run_id()
+  entries, meta, replaced = outputs.merge(previous, results, sets, run_id, meta)
+  merged = {**entries, "meta": meta}
+  outputs.say_replaced(replaced, previous, out_dir)
+  md = results_markdown(merged, title=f"ssp-jax eval: {desc}")
+  paths = outputs.write(out_dir, merged, md, preds)
+  print(md)
+  print(json.dumps({"results": paths["json"], "table": paths["md"], "run": run_id}))
   return 0

@@ -1,0 +1,61 @@
+"""The README's TPU-fit command (`launch/aot_compile.py`) gets its model shape on a CPU host
+without the weights. Compiling needs libtpu (`jax[tpu]`), absent here, so the test runs the
+command's argument path: the README's exact arguments, its config, the model shape."""
+import importlib.util
+import os
+import shlex
+
+import pytest
+
+import models
+from ssp_jax.config_loader import load_config_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _aot():
+  spec = importlib.util.spec_from_file_location("aot_compile",
+                                                os.path.join(ROOT, "launch", "aot_compile.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def _readme_command() -> list[str]:
+  lines = [ln for ln in open(os.path.join(ROOT, "README.md")).read().splitlines()
+           if "launch/aot_compile.py --config" in ln and ln.startswith("PYTHONPATH=")]
+  assert len(lines) == 1, lines
+  argv = shlex.split(lines[0])
+  return argv[argv.index("launch/aot_compile.py") + 1:]
+
+
+def test_readme_command_finds_its_model_shape_without_weights(capsys):
+  aot = _aot()
+  args = aot.build_parser().parse_args(_readme_command())
+  cfg = load_config_file(os.path.join(ROOT, args.config))
+  assert not os.path.exists(os.path.join(cfg.model.path, "config.json"))   # no weights here
+  mcfg = aot.model_config(cfg, args.preset)
+  assert mcfg == models.get_preset("qwen2.5-7b")
+  assert "using preset qwen2.5-7b" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path,preset", [
+    ("/x/models/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+    ("/x/Qwen2.5-Coder-0.5B-Instruct", "qwen2.5-0.5b"),
+    ("/x/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("/x/Qwen3-8B", "qwen3-8b"),
+    ("/x/Qwen2.5-32B-Instruct", "qwen2.5-32b"),
+    ("/x/my-model", ""),
+])
+def test_preset_from_the_directory_name(path, preset):
+  assert _aot().preset_for_path(path) == preset
+
+
+def test_unknown_name_without_weights_is_one_line(tmp_path):
+  aot = _aot()
+  cfg = load_config_file(os.path.join(ROOT, "configs", "ssp_qwen2_5_7b_instruct.py"))
+  with cfg.unlocked():
+    cfg.model.path = str(tmp_path / "my-model")
+  with pytest.raises(SystemExit, match="pass --preset NAME"):
+    aot.model_config(cfg, "")
+  assert aot.model_config(cfg, "qwen2.5-0.5b") == models.get_preset("qwen2.5-0.5b")
