@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "config.eval.limit; 0 = all)")
   parser.add_argument("--seed", type=int, default=None,
                       help="subsampling seed (default: config.eval.seed)")
+  parser.add_argument("--closed-book", action="store_true",
+                      help="ask without the search tool (what the policy recalls; near 0 on "
+                           "a generated world's invented facts)")
   parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
   parser.add_argument("--log_level", default="INFO", help="python logging level")
 
@@ -98,14 +101,14 @@ def run(args: argparse.Namespace) -> int:
   meta = {"kind": "qa", "policy": comp.policy, "config": args.config, "data": specs,
           "limit": config.eval.limit, "seed": config.eval.seed,
           "max_new_tokens": config.eval.max_new_tokens or config.rollout.max_response_tokens,
-          "judge": config.eval.judge or None}
+          "judge": config.eval.judge or None, "closed_book": bool(args.closed_book)}
   progress = bool(config.get("progress", True))
   results, preds = runner.run_eval(
       comp.engine, comp.params, sets,
       batch_size=runner.progress_batch_size(config.eval.batch_size, config.rollout.batch_size,
                                             progress),
       max_new_tokens=config.eval.max_new_tokens or None, judge=comp.judge,
-      seed=config.eval.seed, progress=progress)
+      seed=config.eval.seed, progress=progress, closed_book=bool(args.closed_book))
   run_id = outputs.new_run_id()
   per_ds, meta, replaced = outputs.merge(previous, report.per_dataset(results), sets, run_id,
                                          meta)

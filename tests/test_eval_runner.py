@@ -86,3 +86,18 @@ def test_load_policy_from_training_checkpoints(tmp_path):
   np.testing.assert_allclose(leaf(params), leaf(base), rtol=1e-6)
   with pytest.raises(FileNotFoundError, match="--checkpoint"):
     build.load_policy(config, str(tmp_path / "nope"), sharder)
+
+
+def test_closed_book_asks_without_the_search_tool(engine_params):
+  eng, params = engine_params
+  exs = _examples(3, "c")
+  trajs = runner.rollouts(eng, params, exs, jax.random.PRNGKey(0), batch_size=0,
+                          max_new_tokens=16, closed_book=True)
+  tok = eng.tok
+  for t in trajs:
+    prompt = tok.decode(t.prompt_ids)
+    assert "no search engine is available" in prompt and "<search> query </search>" not in prompt
+    assert t.num_searches == 0
+  with_search = runner.rollouts(eng, params, exs, jax.random.PRNGKey(0), batch_size=0,
+                                max_new_tokens=16)
+  assert "<search> query </search>" in tok.decode(with_search[0].prompt_ids)

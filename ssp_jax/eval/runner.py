@@ -81,16 +81,22 @@ def add_judge(judge, preds: list[dict]) -> None:
 
 def rollouts(engine, params, examples: Sequence[dict], rng: jax.Array, *, batch_size: int,
              max_new_tokens: Optional[int],
-             on_done: Optional[Callable[[int], None]] = None) -> list[Trajectory]:
+             on_done: Optional[Callable[[int], None]] = None,
+             closed_book: bool = False) -> list[Trajectory]:
   """Greedy solver rollouts with search, `batch_size` questions per engine call (<= 0: all in
-  one call), in order; `on_done(n)` after each call (a progress bar's update)."""
+  one call), in order; `on_done(n)` after each call (a progress bar's update). `closed_book`:
+  the question without the search tool (`prompts.closed_book_messages`), what the policy
+  recalls."""
   trajs: list[Trajectory] = []
   step = batch_size if batch_size > 0 else max(1, len(examples))
   for start in range(0, len(examples), step):
     chunk = examples[start:start + step]
-    msgs = [prompts.solver_messages(e["question"]) for e in chunk]
-    out = engine.generate(params, msgs, jax.random.fold_in(rng, start), stop=SOLVER_STOPS,
-                          use_search=True, temperature=0.0, max_new_tokens=max_new_tokens)
+    make = prompts.closed_book_messages if closed_book else prompts.solver_messages
+    msgs = [make(e["question"]) for e in chunk]
+    out = engine.generate(params, msgs, jax.random.fold_in(rng, start),
+                          stop=("</answer>",) if closed_book else SOLVER_STOPS,
+                          use_search=not closed_book, temperature=0.0,
+                          max_new_tokens=max_new_tokens)
     if len(out) != len(chunk):
       raise RuntimeError(f"rollout engine returned {len(out)} trajectories for {len(chunk)} "
                          "prompts")
@@ -102,10 +108,11 @@ def rollouts(engine, params, examples: Sequence[dict], rng: jax.Array, *, batch_
 
 def run_dataset(engine, params, examples: Sequence[dict], rng: jax.Array, *, batch_size: int,
                 max_new_tokens: Optional[int], judge=None,
-                on_done: Optional[Callable[[int], None]] = None) -> list[dict]:
+                on_done: Optional[Callable[[int], None]] = None,
+                closed_book: bool = False) -> list[dict]:
   """Rollouts + scores for one dataset: one prediction record per example, in order."""
   trajs = rollouts(engine, params, examples, rng, batch_size=batch_size,
-                   max_new_tokens=max_new_tokens, on_done=on_done)
+                   max_new_tokens=max_new_tokens, on_done=on_done, closed_book=closed_book)
   preds = [score(e, t) for e, t in zip(examples, trajs)]
   if judge is not None:
     add_judge(judge, preds)
@@ -114,7 +121,7 @@ def run_dataset(engine, params, examples: Sequence[dict], rng: jax.Array, *, bat
 
 def run_eval(engine, params, datasets: dict[str, Sequence[dict]], *, batch_size: int = 0,
              max_new_tokens: Optional[int] = None, judge=None, seed: int = 0,
-             meta: Optional[dict] = None, progress: bool = False
+             meta: Optional[dict] = None, progress: bool = False, closed_book: bool = False
              ) -> tuple[dict[str, Any], dict[str, list[dict]]]:
   """Runs every dataset; returns (results dict as in results.json, predictions per dataset).
   With `progress`, one tqdm bar per dataset on stderr (questions done), advanced after each
@@ -126,7 +133,7 @@ def run_eval(engine, params, datasets: dict[str, Sequence[dict]], *, batch_size:
     with ProgressBar(len(examples), f"eval {name}", "question", progress) as bar:
       preds = run_dataset(engine, params, list(examples), jax.random.fold_in(rng, k),
                           batch_size=batch_size, max_new_tokens=max_new_tokens, judge=judge,
-                          on_done=bar.update)
+                          on_done=bar.update, closed_book=closed_book)
     preds_by_ds[name], per_ds[name] = preds, report.summarize(preds)
     per_ds[name]["seconds"] = round(time.perf_counter() - t0, 3)
     log.info("eval %s: n=%d em=%.3f f1=%.3f (%.1fs)", name, len(preds), per_ds[name]["em"],

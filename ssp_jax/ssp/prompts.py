@@ -132,6 +132,20 @@ def solver_messages(question: str) -> Messages:
           {"role": "user", "content": SOLVER_USER.format(question=question.strip())}]
 
 
+CLOSED_BOOK_USER = """\
+Answer the given question from your own knowledge; no search engine is available. You may reason \
+inside <think> and </think> first, then give the answer inside <answer> and </answer>, without \
+detailed illustrations. For example, <answer> Beijing </answer>. Question: {question}
+"""
+
+
+def closed_book_messages(question: str) -> Messages:
+  """The solver's question without the search tool (`ssp-jax eval --closed-book`): what the
+  policy recalls of a fact, e.g. near 0 on a generated world's invented names."""
+  return [{"role": "system", "content": SOLVER_SYSTEM},
+          {"role": "user", "content": CLOSED_BOOK_USER.format(question=question.strip())}]
+
+
 def verifier_messages(question: str, materials: str) -> Messages:
   """RAG-verifier prompt: answer `question` from `materials` only, final answer in <answer>."""
   return [{"role": "system", "content": VERIFIER_SYSTEM},
