@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ssp_jax import cli, config_loader as CL
+from ssp_jax import cli, config_loader as CL, games
 from ssp_jax.ssp.validate import ConfigError, validate_config as validate_ssp
 from ssp_jax.svs.validate import validate_config as validate_svs
 
@@ -30,11 +30,13 @@ VARIANTS = [
     ("svs_qwen2_5_32b_instruct.py", "tpu,root={root}"),
     ("svs_llama3_1_8b_instruct.py", "gpu,root={root}"),
     ("svs_llama3_1_8b_instruct.py", "tpu,root={root}"),
+    ("ssp_world.py", ""), ("ssp_world.py", "0.5b"), ("ssp_world.py", "tiny"),
+    ("search_r1_world.py", ""), ("search_r1_world.py", "0.5b"), ("search_r1_world.py", "tiny"),
 ]
 
 
 def _validator(config):
-  return validate_svs if config.get("game", "ssp") == "svs" else validate_ssp
+  return games.game_of(config).load("validate")
 
 
 def _validate_with_inputs(config, root):
@@ -170,3 +172,12 @@ def test_cli_subprocess_returns_in_seconds(tmp_path):
   assert "config.rl.lr=-0.001" in lines[0] and "0 <= lr" in lines[0]
   assert elapsed < 30, elapsed            # imports only: no model, no index, no warm start
   assert not (tmp_path / "never").exists()
+
+
+def test_total_steps_zero_prepares_only_and_negative_is_refused():
+  """total_steps=0 builds the index and the warm start and trains nothing (the warm start's
+  own advice for multi-host runs); below 0 is an error naming the field."""
+  _validator(_overridden(TINY, [("total_steps", "0")]))(_overridden(TINY, [("total_steps", "0")]))
+  config = _overridden(TINY, [("total_steps", "-1")])
+  with pytest.raises(ConfigError, match=r"config\.total_steps=-1 must be >= 0"):
+    _validator(config)(config)

@@ -15,7 +15,7 @@ def validate_config(config) -> None:
   s = config.search_r1
   if not config.workdir:
     raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
-  _positive("total_steps", config.total_steps)
+  _positive("total_steps", config.total_steps, minimum=0)   # 0: prepare (index, warm start) only
   check_budgets(config, {"search_r1.max_new_tokens": s.max_new_tokens})
   _positive("search_r1.batch_size", s.batch_size)
   _positive("search_r1.n", s.n)

@@ -105,7 +105,7 @@ def validate_config(config) -> None:
   _positive("ssp.rag.max_new_tokens", s.rag.max_new_tokens)
   if not config.workdir:
     raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
-  _positive("total_steps", config.total_steps)
+  _positive("total_steps", config.total_steps, minimum=0)   # 0: prepare (index, warm start) only
   _positive("ssp.batch_size", s.batch_size)
   _positive("ssp.proposer_n", s.proposer_n)
   _positive("ssp.solver_n", s.solver_n)
