@@ -52,6 +52,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   c.world = get_world_config()
   c.world.size = WORLD_SIZE[v]
   c.retrieval.index_dir = ""                   # the world's index (built on first use)
+  # the warm start's demonstrations come from the world's train questions: many forms and 1-3
+  # hops, not the one fill-in-the-blank form the proposer otherwise learns and keeps
+  # (ssp_jax/warmstart/world_demos.py; a difference from the paper, like the warm start)
+  c.warmstart.demos = "world"
 
   e = c.eval
   e.datasets = ml_collections.ConfigDict({"world_heldout": "world:qa_heldout"})
