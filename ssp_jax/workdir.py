@@ -5,7 +5,8 @@ Layout (written by process 0; nothing is ever rewritten):
   config.json                          the config of the start that created the workdir
   configs/start-<NNNN>-<UTC time>.json the resolved config of every start, 0001 first
   starts.jsonl                         one line per start: number, UTC time, its config file,
-                                       the latest checkpoint then, the fields changed (old, new)
+                                       the latest checkpoint then, the model file's stamp
+                                       (size, mtime), the fields changed (old, new)
 
 A new start is compared with the latest recorded one (a workdir from before this layout: its
 config.json). Where checkpoints exist, a change of a CHECKPOINT_FIELDS field (the model, the
@@ -14,7 +15,8 @@ refused (`WorkdirMismatch`, one line naming old -> new and the fix) and nothing 
 moved; `total_steps` (raised to train on) is logged at INFO; any other change (rl.lr, seed, ...)
 resumes with one warning listing the fields, and the start is recorded. Whatever the record
 says, the newest checkpoint's own model config and param dtype (read from metadata) must fit
-the model at model.path and rl.param_dtype, or the start is refused the same way: this catches
+the model at model.path and rl.param_dtype (read unless the model file's stamp is the last
+start's), or the start is refused the same way: this catches
 a model whose files changed under the same path, and a workdir written before this layout
 (config.json alone, which every start used to rewrite, so that a change against it is only
 warned about). `Checkpointer.restore_newest_intact` checks the saved tree once more
@@ -57,11 +59,13 @@ class WorkdirMismatch(ValueError):
 @dataclasses.dataclass
 class StartCheck:
   """What `check_start` found: the latest checkpoint, the recorded config it compared with
-  (None on a fresh workdir), and the changed fields as {dotted name: (old, new)}."""
+  (None on a fresh workdir), the changed fields as {dotted name: (old, new)}, and the stamp of
+  the model at model.path (`model_stamp`)."""
   workdir: str
   latest_checkpoint: Optional[int]
   recorded_path: Optional[str]
   changes: dict[str, tuple[Any, Any]]
+  model_stamp: Optional[list] = None
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -169,6 +173,35 @@ def checkpoint_fit(workdir: str, step: int, config) -> list[str]:
   return out
 
 
+def model_stamp(path: str) -> Optional[list]:
+  """[size, mtime_ns] of the file that says which model `path` holds (a .gguf itself, an HF
+  directory's config.json; "" = the embedded default); None when there is nothing to stat."""
+  from models import checkpoint
+  try:
+    path = os.path.expanduser(path) if path else checkpoint.default_model_path()
+    if os.path.isdir(path):
+      path = os.path.join(path, "config.json")
+    st = os.stat(path)
+  except OSError:
+    return None
+  return [st.st_size, st.st_mtime_ns]
+
+
+def _last_start(workdir: str) -> dict:
+  """The last readable line of starts.jsonl ({} when there is none)."""
+  try:
+    with open(os.path.join(workdir, STARTS), encoding="utf-8") as f:
+      lines = f.read().splitlines()
+  except OSError:
+    return {}
+  for line in reversed(lines):
+    try:
+      return json.loads(line)
+    except ValueError:
+      continue
+  return {}
+
+
 def check_start(config) -> StartCheck:
   """Compares `config` with the workdir's latest recorded start and, where checkpoints exist,
   with the newest one's model and param dtype; raises WorkdirMismatch when they cannot be
@@ -178,13 +211,19 @@ def check_start(config) -> StartCheck:
   recorded = latest_config(workdir)
   path, old = recorded if recorded is not None else (None, None)
   changes = diff_configs(old, config_json(config)) if old is not None else {}
+  stamp = model_stamp(config.model.path or "")
   if step is None:
-    return StartCheck(workdir, step, path, changes)
+    return StartCheck(workdir, step, path, changes, stamp)
   fix = ("nothing was loaded or moved: run with the old value{s} (recorded in {path}) or set "
          "--config.workdir to a new directory")
-  fit = checkpoint_fit(workdir, step, config)
   bad = {k: v for k, v in changes.items() if k in CHECKPOINT_FIELDS}
-  if bad and _start_files(workdir):  # a config.json alone may be any later start's: see fit
+  recorded_starts = bool(_start_files(workdir))   # else config.json alone: any later start's
+  # the same model file as the last start's, unchanged: nothing to read (a GGUF's metadata
+  # takes seconds to parse); else the checkpoint's metadata against the model's
+  same_model = recorded_starts and not bad and stamp is not None and \
+      _last_start(workdir).get("model_stamp") == stamp
+  fit = [] if same_model else checkpoint_fit(workdir, step, config)
+  if bad and recorded_starts:
     shapes = [f for f in fit if f.split()[0] not in bad]
     detail = (f" ({', '.join(shapes)})" if shapes else " (same shapes, another model)") \
         if "model.path" in bad else ""
@@ -199,7 +238,7 @@ def check_start(config) -> StartCheck:
         f"{config.rl.param_dtype!r}: {', '.join(fit)}); nothing was loaded or moved: run with "
         f"the model and param dtype that wrote it{f' (see {path})' if path else ''} or set "
         "--config.workdir to a new directory")
-  return StartCheck(workdir, step, path, changes)
+  return StartCheck(workdir, step, path, changes, stamp)
 
 
 def _write_json(path: str, text: str) -> None:
@@ -222,7 +261,7 @@ def record_start(config, check: StartCheck) -> str:
   if not os.path.exists(os.path.join(workdir, CONFIG)):
     _write_json(os.path.join(workdir, CONFIG), text)
   line = {"start": number, "time": stamp, "config": os.path.relpath(path, workdir),
-          "latest_checkpoint": check.latest_checkpoint,
+          "latest_checkpoint": check.latest_checkpoint, "model_stamp": check.model_stamp,
           "changed": {k: list(v) for k, v in check.changes.items()}}
   with open(os.path.join(workdir, STARTS), "a", encoding="utf-8") as f:
     f.write(json.dumps(line) + "\n")

@@ -116,16 +116,28 @@ def _repoint(workdir, old, new):
       f.write(text.replace(json.dumps(old), json.dumps(new)))
 
 
-def test_model_files_changed_under_the_same_path(assets, other_model, run, tmp_path, capsys):
-  """The same model.path now holding another model: caught from the metadata, one line."""
+def test_model_files_changed_under_the_same_path(assets, other_model, run, tmp_path, capfd,
+                                                 monkeypatch):
+  """The same model.path now holding another model: caught from the metadata before the model
+  loads, one line. Where the metadata cannot tell (as for a model given as a registry spec),
+  the restore refuses it: one line, no orbax traceback, nothing renamed."""
   moving = str(tmp_path / "model")
   shutil.copytree(other_model, moving)     # the run "used" `moving`; now it holds another model
+  os.utime(os.path.join(moving, "config.json"))   # replaced now (copytree kept the old time)
   _repoint(run, assets["ckpt"], moving)
   before = snapshot(run)
-  rc = cli.main(with_model(fast_args(assets, run, 2), moving))
-  line = one_line_exit_2(rc, capsys.readouterr().err)
+  args = with_model(fast_args(assets, run, 2) + ["--config.checkpoint.async_save=true"], moving)
+  line = one_line_exit_2(cli.main(args), capfd.readouterr().err)
   assert "checkpoint 1" in line and "hidden_size 64 -> 32" in line and "model.path" in line
+  assert "nothing was loaded" in line
   assert snapshot(run) == before
+  monkeypatch.setattr(workdir_lib, "checkpoint_fit", lambda *a: [])
+  line = one_line_exit_2(cli.main(args), capfd.readouterr().err)
+  assert "CheckpointMismatch" in line and "checkpoint 1" in line and "hidden_size 64 -> 32" in line
+  assert "params/embed saved [" in line and "left as it is" in line
+  assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == ["1"]
+  assert {k: v for k, v in snapshot(run).items() if k.startswith("checkpoints")} == \
+      {k: v for k, v in before.items() if k.startswith("checkpoints")}
 
 
 def test_restore_mismatch_is_not_corruption(assets, other_model, run):
@@ -173,6 +185,7 @@ def test_other_lr_warns_once_resumes_and_records(assets, run, caplog):
   assert open(os.path.join(run, "config.json"), "rb").read() == first
   recs = starts(run)
   assert [s["start"] for s in recs] == [1, 2] and recs[1]["latest_checkpoint"] == 1
+  assert recs[1]["model_stamp"] == recs[0]["model_stamp"] is not None   # fit check skipped
   assert recs[1]["changed"] == {"rl.lr": [1e-6, 2e-6], "total_steps": [1, 2]}
   configs = sorted(os.listdir(os.path.join(run, "configs")))
   assert [c[:11] for c in configs] == ["start-0001-", "start-0002-"]
