@@ -38,18 +38,15 @@ import time
 from typing import Any, Callable, Optional
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
 import models
+from ssp_jax.checkpoint_fit import (  # noqa: F401  (re-exported)
+    MODEL_SHAPE_FIELDS, environment_error, model_shape_changes, tree_differences, tree_leaves)
 
 log = logging.getLogger(__name__)
 TRAIN_KEYS = ("opt_state", "rng", "step", "nonfinite", "nonfinite_total")
 META = "__meta__"
-# ModelConfig fields that shape the params (and so the AdamW moments).
-MODEL_SHAPE_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size",
-                      "num_layers", "num_heads", "num_kv_heads", "head_dim", "tie_embeddings",
-                      "qkv_bias", "qk_norm")
 
 
 class CheckpointCorrupt(ValueError):
@@ -60,45 +57,6 @@ class CheckpointMismatch(ValueError):
   """A checkpoint's saved tree (keys, shapes, dtypes) is not the state this run restores into:
   it was written with another model or param dtype. The files are intact, the config is not
   the one that wrote them, so nothing is moved aside."""
-
-
-def model_shape_changes(old: models.ModelConfig, new: models.ModelConfig) -> list[str]:
-  """'hidden_size 64 -> 32' for each MODEL_SHAPE_FIELDS field that differs."""
-  return [f"{f} {getattr(old, f)} -> {getattr(new, f)}" for f in MODEL_SHAPE_FIELDS
-          if getattr(old, f) != getattr(new, f)]
-
-
-def _key_name(k: Any) -> str:
-  for attr in ("key", "idx", "name"):     # DictKey, SequenceKey, GetAttrKey
-    if hasattr(k, attr):
-      return str(getattr(k, attr))
-  return str(k)
-
-
-def tree_leaves(tree: Any, prefix: str = "") -> dict[str, Optional[tuple]]:
-  """{"params/embed": ((V, D), "float32"), ...} for a state of arrays / ShapeDtypeStructs or
-  orbax item metadata (dicts, sequences and namedtuples spelled alike); None for a leaf that
-  is not an array."""
-  out = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    name = "/".join([prefix] * bool(prefix) + [_key_name(k) for k in path])
-    shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
-    out[name] = None if shape is None or dtype is None else (tuple(shape), np.dtype(dtype).name)
-  return out
-
-
-def tree_differences(saved: dict, wanted: dict) -> list[str]:
-  """One phrase per leaf whose presence, shape or dtype differs, the params' first."""
-  show = lambda v: "(not an array)" if v is None else f"{list(v[0])} {v[1]}"
-  out = []
-  for k in sorted(set(saved) | set(wanted), key=lambda k: (not k.startswith("params/"), k)):
-    if k not in saved:
-      out.append(f"{k} is not in the checkpoint")
-    elif k not in wanted:
-      out.append(f"{k} is saved but not in this run's state")
-    elif saved[k] != wanted[k]:
-      out.append(f"{k} saved {show(saved[k])}, this run {show(wanted[k])}")
-  return out
 
 
 def _one_line(e: BaseException, limit: int = 300) -> str:
@@ -266,7 +224,12 @@ class Checkpointer:
       raise
 
   def _damaged(self, step: int, e: BaseException) -> str:
-    """Warns about a damaged checkpoint and moves it aside; returns 'step (reason)'."""
+    """Warns about a damaged checkpoint and moves it aside; returns 'step (reason)'. A failure
+    that is the machine's (memory, permissions) raises instead, nothing moved."""
+    env = environment_error(e)
+    if env is not None:
+      raise ValueError(f"checkpoint {step} in {self.directory} could not be read ({env}); it "
+                       "was left as it is: fix that and run the same command again") from e
     reason = f"{type(e).__name__}: {_one_line(e)}"
     aside = self._move_aside(step)
     log.warning("checkpoint %d in %s is unreadable (%s); %s; trying the previous one",

@@ -155,7 +155,8 @@ def checkpoint_fit(workdir: str, step: int, config) -> list[str]:
   metadata, no weights) and rl.param_dtype (its params' dtype). [] when it fits or cannot be
   told (an unreadable checkpoint or model: the restore then checks the saved tree itself)."""
   import jax.numpy as jnp
-  from ssp_jax.checkpointing import Checkpointer, model_shape_changes
+  from ssp_jax.checkpoint_fit import model_shape_changes
+  from ssp_jax.checkpointing import Checkpointer
   try:
     ck = Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False)
     try:

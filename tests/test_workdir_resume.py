@@ -249,3 +249,18 @@ def test_unreadable_metadata_is_damage(assets, run):
   with pytest.raises(CheckpointCorrupt, match=r"restores: 1 \("):
     ck.resume(*state)
   assert any(n.startswith("1.corrupt-") for n in os.listdir(root))
+
+
+def test_a_restore_failing_for_the_machine_is_not_damage():
+  """Out of memory or no permission to read is the machine's fault: no rename (root reads
+  through any permission bits, so the errors are built here rather than provoked)."""
+  from ssp_jax.checkpoint_fit import environment_error
+  try:
+    try:
+      raise PermissionError(13, "Permission denied", "/ckpt/1/params/d/x")
+    except OSError as inner:
+      raise ValueError("tensorstore read failed") from inner
+  except ValueError as e:
+    assert environment_error(e).startswith("PermissionError")
+  assert environment_error(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8 GiB"))
+  assert environment_error(ValueError("Error reading local file: unexpected end of data")) is None
