@@ -12,6 +12,11 @@ renames it when complete, and listing ignores those temporary directories, so a 
 leaves the previous checkpoint as the latest. Restores take target shardings, so a checkpoint
 saved on one mesh restores onto any other.
 
+A checkpoint is moved aside as damaged (`<step>.corrupt-<time>`) only when its files are: its
+metadata unreadable, or the restore failing although the saved tree (keys, shapes, dtypes)
+matches the state asked for. A saved tree that does not match (another model or param dtype
+than the run that wrote it) is `CheckpointMismatch`, and the checkpoint is left as it is.
+
 Multi-host: every process calls `save`, `restore` and `close` with the same arguments (orbax
 synchronises them); each writes the shards of its own devices, process 0 the metadata and the
 JSON `extra` item, and every process reads `extra` back on restore, so the directory must be on
@@ -19,8 +24,9 @@ storage all processes see.
 
   ckpt = Checkpointer(workdir + "/ckpt", save_every=5, keep=3, model_config=cfg)
   ckpt.register("replay", buffer.state_dict, buffer.load_state_dict)
-  if ckpt.latest_step() is not None:
-    learner.state = ckpt.restore(learner.abstract_state, learner.state_shardings)
+  start, state = ckpt.resume(learner.abstract_state, learner.state_shardings)  # (0, None): none
+  if state is not None:
+    learner.state = state
   ...
   ckpt.save(step, learner.state)        # a no-op unless step % save_every == 0 (or force=True)
 """
@@ -35,6 +41,8 @@ import jax
 import orbax.checkpoint as ocp
 
 import models
+from ssp_jax.checkpoint_fit import (  # noqa: F401  (re-exported)
+    MODEL_SHAPE_FIELDS, environment_error, model_shape_changes, tree_differences, tree_leaves)
 
 log = logging.getLogger(__name__)
 TRAIN_KEYS = ("opt_state", "rng", "step", "nonfinite", "nonfinite_total")
@@ -43,6 +51,12 @@ META = "__meta__"
 
 class CheckpointCorrupt(ValueError):
   """No checkpoint of a directory restores; the message names each step and what failed."""
+
+
+class CheckpointMismatch(ValueError):
+  """A checkpoint's saved tree (keys, shapes, dtypes) is not the state this run restores into:
+  it was written with another model or param dtype. The files are intact, the config is not
+  the one that wrote them, so nothing is moved aside."""
 
 
 def _one_line(e: BaseException, limit: int = 300) -> str:
@@ -166,24 +180,81 @@ class Checkpointer:
         log.warning("checkpoint %d has no state for component %r", step, name)
     return {"params": out["params"], **out["train"]}
 
+  def saved_leaves(self, step: int) -> dict[str, Optional[tuple]]:
+    """tree_leaves of the params and train items as saved at `step`, read from the metadata
+    alone (raises when it is missing or unreadable)."""
+    meta = self.manager.item_metadata(step)
+    out = {}
+    for item, prefix in (("params", "params"), ("train", "")):
+      tree = meta[item] if item in meta else None
+      if tree is None:
+        raise ValueError(f"checkpoint {step} has no readable metadata for item {item!r}")
+      out.update(tree_leaves(tree, prefix))
+    return out
+
   def restore_newest_intact(self, abstract_state: dict, shardings: dict) -> tuple[int, dict]:
-    """(step, state) of the newest checkpoint that restores, newest first. An unreadable one
-    (a truncated or missing data file, bad metadata) is named in a warning and moved aside to
-    `<step>.corrupt-<time>` (so this run can write that step again); raises CheckpointCorrupt
-    when none restores."""
+    """(step, state) of the newest checkpoint that restores, newest first. A damaged one
+    (unreadable metadata, or a truncated or missing data file under a saved tree that fits)
+    is named in a warning and moved aside to `<step>.corrupt-<time>` (so this run can write
+    that step again); raises CheckpointCorrupt when none restores. A saved tree that does not
+    fit `abstract_state` raises CheckpointMismatch before any restore, nothing moved."""
     errors = []
+    wanted = tree_leaves({k: abstract_state[k] for k in ("params",) + TRAIN_KEYS})
     for step in sorted(self.all_steps(), reverse=True):
+      try:
+        saved = self.saved_leaves(step)
+      except Exception as e:  # a missing or unparsable metadata file
+        errors.append(self._damaged(step, e))
+        continue
+      diffs = tree_differences(saved, wanted)
+      if diffs:
+        raise CheckpointMismatch(self._mismatch_message(step, diffs))
       try:
         return step, self.restore(abstract_state, shardings, step)
       except Exception as e:  # orbax/tensorstore raise many types for a damaged file
-        reason = f"{type(e).__name__}: {_one_line(e)}"
-        errors.append(f"{step} ({reason})")
-        aside = self._move_aside(step)
-        log.warning("checkpoint %d in %s is unreadable (%s); %s; trying the previous one",
-                    step, self.directory, reason,
-                    f"moved to {aside}" if aside else "left in place")
+        errors.append(self._damaged(step, e))
     raise CheckpointCorrupt(f"no checkpoint in {self.directory} restores: "
                             + "; ".join(errors) + ". Move the directory away to start afresh")
+
+  def resume(self, abstract_state: dict, shardings: dict) -> tuple[int, Optional[dict]]:
+    """`restore_newest_intact`, or (0, None) when there is no checkpoint. On any error the
+    manager is closed before it propagates, so that the process exits without orbax's
+    background threads printing tracebacks."""
+    try:
+      if self.latest_step() is None:
+        return 0, None
+      return self.restore_newest_intact(abstract_state, shardings)
+    except BaseException:
+      self.close()
+      raise
+
+  def _damaged(self, step: int, e: BaseException) -> str:
+    """Warns about a damaged checkpoint and moves it aside; returns 'step (reason)'. A failure
+    that is the machine's (memory, permissions) raises instead, nothing moved."""
+    env = environment_error(e)
+    if env is not None:
+      raise ValueError(f"checkpoint {step} in {self.directory} could not be read ({env}); it "
+                       "was left as it is: fix that and run the same command again") from e
+    reason = f"{type(e).__name__}: {_one_line(e)}"
+    aside = self._move_aside(step)
+    log.warning("checkpoint %d in %s is unreadable (%s); %s; trying the previous one",
+                step, self.directory, reason, f"moved to {aside}" if aside else "left in place")
+    return f"{step} ({reason})"
+
+  def _mismatch_message(self, step: int, diffs: list[str]) -> str:
+    model = ""
+    if self.model_config is not None:
+      try:
+        changes = model_shape_changes(self.saved_model_config(step), self.model_config)
+        model = f" (model {', '.join(changes)})" if changes else ""
+      except Exception:  # no model config saved: the leaves below say enough
+        pass
+    more = f" and {len(diffs) - 3} more" if len(diffs) > 3 else ""
+    return (f"checkpoint {step} in {self.directory} was saved for another model or param "
+            f"dtype than this run's{model}: {'; '.join(diffs[:3])}{more}. It is intact and "
+            "was left as it is: run with the model.path and rl.param_dtype that wrote it "
+            "(recorded in the workdir's config.json and configs/) or set --config.workdir "
+            "to a new directory")
 
   def _move_aside(self, step: int) -> Optional[str]:
     if jax.process_index() != 0:
@@ -227,15 +298,17 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 
 def run_tokenizer_source(ckpt_dir: str) -> str:
-  """The model path the run that wrote `ckpt_dir` started from (its workdir's config.json,
-  `model.path`; "" = the embedded default), for the tokenizer of an export."""
-  import json
-  cfg_path = os.path.join(os.path.dirname(os.path.abspath(ckpt_dir)), "config.json")
-  if not os.path.exists(cfg_path):
+  """The model path the run that wrote `ckpt_dir` started from (`model.path` of its workdir's
+  latest start record, else its config.json; "" = the embedded default), for the tokenizer of
+  an export."""
+  from ssp_jax.workdir import latest_config
+  workdir = os.path.dirname(os.path.abspath(ckpt_dir))
+  recorded = latest_config(workdir)
+  if recorded is None:
     raise FileNotFoundError(f"cannot tell which tokenizer {ckpt_dir!r} was trained with: no "
-                            f"{cfg_path}; pass --tokenizer HF_DIR_OR_GGUF")
-  with open(cfg_path, encoding="utf-8") as f:
-    return (json.load(f).get("model") or {}).get("path") or ""
+                            f"{os.path.join(workdir, 'config.json')}; pass --tokenizer "
+                            "HF_DIR_OR_GGUF")
+  return (recorded[1].get("model") or {}).get("path") or ""
 
 
 def tokenizer_dir(source: str) -> str:

@@ -92,8 +92,12 @@ def disk_error(e: BaseException):
 
 
 def prepare_workdir(config, write: bool = True) -> None:
-  """Creates the workdir and writes config.json there; a read-only, unwritable or (nearly)
-  full disk is one SetupError naming the path, before any model is loaded."""
+  """Creates the workdir, checks this start against the checkpoints there and records it
+  (`ssp_jax.workdir`: config.json of the first start, configs/start-N-time.json of each);
+  a read-only, unwritable or (nearly) full disk, or a config the checkpoints cannot be resumed
+  with (another model.path, rl.param_dtype or game), is one SetupError naming the path or the
+  fields, before any model is loaded and with nothing written."""
+  from ssp_jax import workdir as workdir_lib
   workdir = config.workdir
   try:
     os.makedirs(workdir, exist_ok=True)
@@ -102,11 +106,12 @@ def prepare_workdir(config, write: bool = True) -> None:
       raise SetupError(f"workdir {workdir!r} has {free >> 20} MiB free (needs at least "
                        f"{MIN_FREE_BYTES >> 20} MiB for metrics and checkpoints); free space or "
                        "set --config.workdir elsewhere")
+    try:
+      check = workdir_lib.check_start(config)   # every process: all of them refuse alike
+    except workdir_lib.WorkdirMismatch as e:
+      raise SetupError(str(e)) from None
     if write:
-      tmp = os.path.join(workdir, ".config.json.tmp")
-      with open(tmp, "w", encoding="utf-8") as f:
-        f.write(config.to_json_best_effort(indent=2))
-      os.replace(tmp, os.path.join(workdir, "config.json"))
+      workdir_lib.record_start(config, check)
   except OSError as e:
     reason = disk_error(e) or e.strerror or f"{type(e).__name__}: {e}"
     raise SetupError(f"workdir {workdir!r} is not writable ({reason}); set --config.workdir to "

@@ -195,10 +195,11 @@ def build(config) -> Components:
                       save_every=config.checkpoint.every, keep=config.checkpoint.keep,
                       async_save=config.checkpoint.async_save, model_config=model_cfg)
   ckpt.register("replay", game.buffer.state_dict, game.buffer.load_state_dict)
-  start = 0
-  if ckpt.latest_step() is not None:   # the newest checkpoint that restores (warns on others)
-    start, learner.state = ckpt.restore_newest_intact(learner.abstract_state,
-                                                      learner.state_shardings)
+  # the newest checkpoint that restores (a damaged one is moved aside with a warning; one
+  # saved for another model or param dtype is CheckpointMismatch, the checkpointer closed)
+  start, state = ckpt.resume(learner.abstract_state, learner.state_shardings)
+  if state is not None:
+    learner.state = state
     log.info("resumed from %s/checkpoints/%d", config.workdir, start)
   pad = tokenizer.pad_id if getattr(tokenizer, "pad_id", None) is not None else 0
   return Components(config, learner, engine, game, ckpt, start, pad, frozen,

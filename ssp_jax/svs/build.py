@@ -43,10 +43,10 @@ def build(config) -> Components:
                       async_save=config.checkpoint.async_save, model_config=model_cfg)
   ckpt.register("data", data.state_dict, data.load_state_dict)
   ckpt.register("svs", game.state_dict, game.load_state_dict)
-  start = 0
-  if ckpt.latest_step() is not None:   # the newest checkpoint that restores (warns on others)
-    start, learner.state = ckpt.restore_newest_intact(learner.abstract_state,
-                                                      learner.state_shardings)
+  # the newest checkpoint that restores (ssp_jax.ssp.build: damaged ones moved aside)
+  start, state = ckpt.resume(learner.abstract_state, learner.state_shardings)
+  if state is not None:
+    learner.state = state
     log.info("resumed from %s/checkpoints/%d (data epoch %d, position %d)", config.workdir,
              start, data.epoch, data.position)
   pad = tokenizer.pad_id if getattr(tokenizer, "pad_id", None) is not None else 0
