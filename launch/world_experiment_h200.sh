@@ -10,18 +10,20 @@
 #      over the shipped Wikipedia sample for the 141 real questions (OUT/bm25_wiki)
 #   2. the warm start, once (configs/ssp_world.py; cached under $SSP_JAX_CACHE; the Search-R1
 #      config has the same cache key, so both runs start from the same weights)
-#   3. ssp and search_r1 side by side (MEM_EACH of the GPU each), STEPS steps, held-out subset
-#      evaluated in training at step 0 and at the end, checkpoints at STEPS/2 and STEPS, every
-#      proposal of every step in samples/ (for the cross-play sets)
-#   4. the whole held-out set and the 141 real questions for the warm-started policy (no
-#      training), the ssp run and the search_r1 run; closed-book (no search) for the base model
-#      and the warm-started one
-#   5. cross-play: the solver at step 0, STEPS/2 and STEPS against the valid questions the
-#      proposer wrote early, in the middle and late in the ssp run
+#   3. ssp and search_r1 side by side (MEM_EACH of the GPU each), STEPS steps, checkpoints at
+#      STEPS/2 and STEPS, every proposal of every step in samples/ (for the cross-play sets)
+#   4. cross-play sets: the valid questions the ssp proposer wrote early, in the middle and late
+#      (python -m ssp_jax.world.crossplay)
+#   5. evaluations (three processes at a time): the whole held-out set and the cross-play sets
+#      for the warm-started policy (no training), the ssp run and the search_r1 run, the ssp
+#      run's STEPS/2 checkpoint on the cross-play sets, the 141 real questions (BM25 over the
+#      shipped Wikipedia sample) for the three policies, closed-book (no search) for the base
+#      model
 #   6. OUT/report.md (ssp_jax.eval.compare: EM by hop with 95% intervals, paired tests) and
 #      OUT/results.tar.gz (no checkpoints)
 # Environment: VARIANT (0.5b | 1.5b; default 0.5b), STEPS (8), SEED (0), SIZE (5000),
-# TRAIN_S (wall-clock limit of stage 3, default 1200), MEM_EACH (0.44), PYTHON (python3).
+# TRAIN_S (wall-clock limit of stage 3, default 1200; then SIGINT: the step in flight ends and
+# is checkpointed), MEM_EACH (0.44), PYTHON (python3).
 set -uo pipefail
 MODEL=${1:?usage: world_experiment_h200.sh MODEL.gguf OUT}
 OUT=${2:?usage: world_experiment_h200.sh MODEL.gguf OUT}
@@ -67,9 +69,9 @@ fi
 WARM=$(ls -d "$SSP_JAX_CACHE"/warmstart/*/ 2>/dev/null | head -n 1)
 log "warm-started policy: $WARM"
 
-# 3. the two runs side by side
-train_args=(--config.total_steps="$STEPS" --config.eval.at_start=true
-            --config.eval.every_steps="$STEPS" --config.checkpoint.every="$HALF"
+# 3. the two runs side by side (no in-training evaluation: stage 5 evaluates the checkpoints)
+train_args=(--config.total_steps="$STEPS" --config.eval.at_start=false
+            --config.eval.every_steps=0 --config.checkpoint.every="$HALF"
             --config.checkpoint.keep=3 --config.checkpoint.async_save=false
             --config.ssp.samples_per_step=1000)
 run_game() {   # name config
@@ -88,74 +90,58 @@ if [ ! -f "$OUT/train.done" ]; then
   log "training done"
 fi
 
-# 4. held-out evaluations (one at a time, the whole GPU each)
+# 4. cross-play sets: the valid questions the ssp proposer wrote early, in the middle and late
+$PY -m ssp_jax.world.crossplay --samples "$OUT/ssp/run/samples" --steps "$STEPS" \
+  --out "$OUT/crossplay" >> "$OUT/progress.txt" 2>&1
+cross=()
+for set in early middle late; do
+  q="$OUT/crossplay/questions_$set.jsonl"
+  [ -s "$q" ] && cross+=(--data "$set=$q")
+done
+
+# 5. evaluations, three processes at a time (each loads and compiles once for all its sets)
+mkdir -p "$OUT/eval"
 ev() {   # name checkpoint extra-args...
   local name=$1 ckpt=$2; shift 2
   [ -f "$OUT/eval/$name/results.json" ] && return 0
   log "eval $name"
-  XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 $PY -m ssp_jax eval --config "$SSP_CFG" "${common[@]}" \
-    --checkpoint "$ckpt" --limit 0 --out "$OUT/eval/$name" "$@" >> "$OUT/eval.log" 2>&1 \
-    || log "eval $name failed (see eval.log)"
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.28 $PY -m ssp_jax eval --config "$SSP_CFG" "${common[@]}" \
+    --checkpoint "$ckpt" --limit 0 --out "$OUT/eval/$name" "$@" > "$OUT/eval/$name.log" 2>&1 \
+    || log "eval $name failed (see eval/$name.log)"
 }
+world=(--data world_heldout=world:qa_heldout "${cross[@]}")
 wiki=(--config.retrieval.index_dir="$OUT/bm25_wiki" --data wiki_sample=builtin:wiki_sample)
-ev world_warm "$WARM"
-ev world_ssp "$OUT/ssp/run"
-ev world_search_r1 "$OUT/search_r1/run"
-ev wiki_warm "$WARM" "${wiki[@]}"
-ev wiki_ssp "$OUT/ssp/run" "${wiki[@]}"
-ev wiki_search_r1 "$OUT/search_r1/run" "${wiki[@]}"
-ev closed_base "$MODEL" --closed-book
-ev closed_warm "$WARM" --closed-book
-
-# 5. cross-play: solver checkpoints against frozen sets of the proposer's valid questions
-$PY - "$OUT/ssp/run/samples" "$STEPS" "$OUT/crossplay" <<'EOF' >> "$OUT/eval.log" 2>&1
-import json, os, sys
-samples, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-os.makedirs(out, exist_ok=True)
-third = max(1, steps // 3)
-windows = {"early": range(1, third + 1), "middle": range(steps // 2 - third // 2 + 1,
-           steps // 2 - third // 2 + 1 + third), "late": range(steps - third + 1, steps + 1)}
-for name, window in windows.items():
-  rows, seen = [], set()
-  for s in window:
-    path = os.path.join(samples, f"samples_{s}.jsonl")
-    if not os.path.exists(path):
-      continue
-    for line in open(path, encoding="utf-8"):
-      r = json.loads(line)
-      if r.get("kind") == "proposal" and r.get("valid") and r.get("question") not in seen:
-        seen.add(r["question"])
-        gt = r["answer"] if isinstance(r["answer"], list) else [r["answer"]]
-        rows.append({"id": f"{name}-{s}-{len(rows)}", "question": r["question"],
-                     "golden_answers": gt, "hops": (r.get("world") or {}).get("hops")})
-  with open(os.path.join(out, f"questions_{name}.jsonl"), "w", encoding="utf-8") as f:
-    f.writelines(json.dumps(r) + "\n" for r in rows)
-  print(f"cross-play set {name}: {len(rows)} questions from steps {list(window)}")
-EOF
-for set in early middle late; do
-  q="$OUT/crossplay/questions_$set.jsonl"
-  [ -s "$q" ] || continue
-  ev "cross_${set}_step0" "$WARM" --data "$set=$q"
-  ev "cross_${set}_step$HALF" "$OUT/ssp/run/checkpoints/$HALF" --data "$set=$q"
-  ev "cross_${set}_step$STEPS" "$OUT/ssp/run" --data "$set=$q"
-done
+ev world_warm "$WARM" "${world[@]}" &
+ev world_ssp "$OUT/ssp/run" "${world[@]}" &
+ev world_search_r1 "$OUT/search_r1/run" "${world[@]}" &
+wait
+[ ${#cross[@]} -gt 0 ] && ev cross_ssp_half "$OUT/ssp/run/checkpoints/$HALF" "${cross[@]}" &
+ev closed_base "$MODEL" --closed-book --data world_heldout=world:qa_heldout &
+ev wiki_warm "$WARM" "${wiki[@]}" &
+wait
+ev wiki_ssp "$OUT/ssp/run" "${wiki[@]}" &
+ev wiki_search_r1 "$OUT/search_r1/run" "${wiki[@]}" &
+wait
 
 # 6. report and archive
 {
   echo "# world experiment: $VARIANT, $STEPS steps, world seed $SEED size $SIZE"
-  for ds in world_heldout wiki_sample; do
+  for ds in world_heldout wiki_sample early middle late; do
     pre=world; [ "$ds" = wiki_sample ] && pre=wiki
     args=()
     for r in warm ssp search_r1; do
       p="$OUT/eval/${pre}_$r/predictions_$ds.jsonl"
       [ -f "$p" ] && args+=(--run "$r=$p")
+      h="$OUT/eval/cross_ssp_half/predictions_$ds.jsonl"
+      [ "$r" = warm ] && [ -f "$h" ] && args+=(--run "ssp_step$HALF=$h")
     done
-    q=(); [ "$ds" = world_heldout ] && q=(--questions "$WORLD/qa_heldout.jsonl")
+    q=()
+    [ "$ds" = world_heldout ] && q=(--questions "$WORLD/qa_heldout.jsonl")
     echo; echo "## $ds"; echo
     [ ${#args[@]} -gt 0 ] && $PY -m ssp_jax.eval.compare "${q[@]}" "${args[@]}" \
       --out "$OUT/compare_$ds.json"
   done
-} > "$OUT/report.md" 2>> "$OUT/eval.log"
+} > "$OUT/report.md" 2>> "$OUT/progress.txt"
 log "report written"
 cd "$OUT" && tar czf results.tar.gz --exclude='checkpoints' --exclude='bm25' \
   --exclude='bm25_wiki' --exclude='cache' --exclude='tb' --exclude='results.tar.gz' . \

@@ -10,7 +10,8 @@ replays that chain with the real retriever:
 
 * proposer (given the answer and a hop budget, as in the game): a search for the answer, then
   one search for each entity of the chain from the answer's end back to the entity the question
-  names, then the train question in `<question>`. Each demonstration passes the game's rule
+  names (stopping as soon as the observations show every entity of the chain, and never before
+  `ssp.filters.min_searches`), then the train question in `<question>`. Each demonstration passes the game's rule
   filters (`ssp_jax.ssp.filters`) and makes at most `rollout.max_searches` searches;
 * RAG verifier: the proposer's documents (mixed with another demonstration's as
   `ssp.rag.noise_docs` mixes other proposals') and the question, the answer in `<answer>`;
@@ -106,6 +107,17 @@ def _follows(tokenizer, results, s: WorldSource) -> bool:
   return s.kind == "comparison" or all(_contains(_visible(tokenizer, a), b.query) for a, b in zip(results, results[1:]))
 
 
+def _enough(tokenizer, results, s: WorldSource, min_searches: int):
+  """The fewest leading searches (at least `min_searches`) whose observations show every name
+  of the chain, so a proposal asks only about what it has read; None if all of them do not."""
+  seen = ""
+  for n, r in enumerate(results, 1):
+    seen += " " + _visible(tokenizer, r)
+    if n >= max(1, min_searches) and all(_contains(seen, name) for name in s.chain):
+      return n
+  return None
+
+
 def build_world_demos(sources: Sequence[WorldSource], retriever, tokenizer, *, topk: int,
                       max_obs_tokens: int, filter_cfg: filters.FilterConfig,
                       max_searches: int, examples: Sequence[str] = (), want: int = 0,
@@ -135,8 +147,9 @@ def build_world_demos(sources: Sequence[WorldSource], retriever, tokenizer, *, t
     need_solv = not want_s or len(solvers) < want_s
     if not (need_prop or need_solv):
       break
-    if need_prop and _follows(tokenizer, back_r[k], s):
-      rs = back_r[k]
+    n = _enough(tokenizer, back_r[k], s, filter_cfg.min_searches)
+    if need_prop and n is not None and _follows(tokenizer, back_r[k][:n], s):
+      rs = back_r[k][:n]
       segs = [("text", f"<think> The answer is {s.answer}. I will search for it. </think>\n"
                        f"<search> {rs[0].query} </search>"), ("obs", rs[0])]
       prev = s.answer
