@@ -63,7 +63,8 @@ SR1_CFG=configs/search_r1_world.py:$VARIANT
 if [ ! -f "$OUT/warm.done" ]; then
   log "warm start"
   XLA_PYTHON_CLIENT_MEM_FRACTION=0.9 $PY -m ssp_jax train --config "$SSP_CFG" "${common[@]}" \
-    --config.workdir="$OUT/warm" --config.total_steps=0 > "$OUT/warm.log" 2>&1 \
+    --config.workdir="$OUT/warm" --config.total_steps=0 --config.eval.at_start=false \
+    > "$OUT/warm.log" 2>&1 \
     && touch "$OUT/warm.done" || { log "warm start failed"; exit 1; }
 fi
 WARM=$(ls -d "$SSP_JAX_CACHE"/warmstart/*/ 2>/dev/null | head -n 1)
