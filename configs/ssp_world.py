@@ -67,4 +67,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   else:
     e.every_steps = 10                         # 7 evaluations of 60 steps, the first at step 0
     e.at_start = True
+    # A 3-hop question needs 3 searches of up to rollout.max_obs_tokens=256 observation tokens
+    # each, and the response budget counts them: at ssp_small_h200's 512 tokens every two-search
+    # answer ran out (docs/results.md, 2026-12-02), so both solvers learned to search once.
+    c.ssp.solver_max_new_tokens = 1024
+    e.max_new_tokens = 1024
   return c
