@@ -9,7 +9,8 @@ Layout (written by process 0; nothing is ever rewritten):
                                        (size, mtime), the fields changed (old, new)
 
 A new start is compared with the latest recorded one (a workdir from before this layout: its
-config.json). Where checkpoints exist, a change of a CHECKPOINT_FIELDS field (the model, the
+config.json), and its CHECKPOINT_FIELDS with the start that wrote the newest checkpoint (a start
+refused after it was recorded wrote nothing and is not what the next start is held to). Where checkpoints exist, a change of a CHECKPOINT_FIELDS field (the model, the
 master-param dtype, the game) would make them unrestorable or another run's, so the start is
 refused (`WorkdirMismatch`, one line naming old -> new and the fix) and nothing is written or
 moved; `total_steps` (raised to train on) is logged at INFO; any other change (rl.lr, seed, ...)
@@ -188,19 +189,38 @@ def model_stamp(path: str) -> Optional[list]:
   return [st.st_size, st.st_mtime_ns]
 
 
-def _last_start(workdir: str) -> dict:
-  """The last readable line of starts.jsonl ({} when there is none)."""
+def _start_lines(workdir: str) -> list[dict]:
+  """The readable lines of starts.jsonl, oldest first."""
   try:
     with open(os.path.join(workdir, STARTS), encoding="utf-8") as f:
       lines = f.read().splitlines()
   except OSError:
-    return {}
-  for line in reversed(lines):
+    return []
+  out = []
+  for line in lines:
     try:
-      return json.loads(line)
+      out.append(json.loads(line))
     except ValueError:
       continue
-  return {}
+  return out
+
+
+def producer_start(workdir: str, step: int) -> Optional[tuple[str, dict, dict]]:
+  """(config path, config dict, starts.jsonl line) of the start that wrote checkpoint `step`:
+  the newest start that found an older checkpoint (or none). A start that found `step` itself
+  and was refused later (by the restore's own check) wrote nothing, so it is skipped: a wrong
+  command never becomes what the right one is compared with. None without such a record."""
+  for rec in reversed(_start_lines(workdir)):
+    found = rec.get("latest_checkpoint")
+    if found is not None and found >= step:
+      continue
+    path = os.path.join(workdir, str(rec.get("config", "")))
+    try:
+      with open(path, encoding="utf-8") as f:
+        return path, json.load(f), rec
+    except (OSError, ValueError):
+      return None
+  return None
 
 
 def check_start(config) -> StartCheck:
@@ -217,12 +237,24 @@ def check_start(config) -> StartCheck:
     return StartCheck(workdir, step, path, changes, stamp)
   fix = ("nothing was loaded or moved: run with the old value{s} (recorded in {path}) or set "
          "--config.workdir to a new directory")
-  bad = {k: v for k, v in changes.items() if k in CHECKPOINT_FIELDS}
-  recorded_starts = bool(_start_files(workdir))   # else config.json alone: any later start's
-  # the same model file as the last start's, unchanged: nothing to read (a GGUF's metadata
+  # the checkpoint fields against the start that wrote the checkpoint (not a refused one)
+  producer = producer_start(workdir, step)
+  if producer is not None:
+    path, wrote, last = producer
+  else:   # written before this layout: config.json, which every start used to rewrite
+    path, last = os.path.join(workdir, CONFIG), {}
+    try:
+      with open(path, encoding="utf-8") as f:
+        wrote = json.load(f)
+    except (OSError, ValueError):
+      path, wrote = recorded if recorded is not None else (None, None)
+  bad = {k: v for k, v in (diff_configs(wrote, config_json(config)) if wrote else {}).items()
+         if k in CHECKPOINT_FIELDS}
+  recorded_starts = producer is not None   # else config.json alone: any later start's
+  # the same model file as that start's, unchanged: nothing to read (a GGUF's metadata
   # takes seconds to parse); else the checkpoint's metadata against the model's
   same_model = recorded_starts and not bad and stamp is not None and \
-      _last_start(workdir).get("model_stamp") == stamp
+      last.get("model_stamp") == stamp
   fit = [] if same_model else checkpoint_fit(workdir, step, config)
   if bad and recorded_starts:
     shapes = [f for f in fit if f.split()[0] not in bad]

@@ -264,3 +264,20 @@ def test_a_restore_failing_for_the_machine_is_not_damage():
     assert environment_error(e).startswith("PermissionError")
   assert environment_error(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8 GiB"))
   assert environment_error(ValueError("Error reading local file: unexpected end of data")) is None
+
+
+def test_a_refused_start_does_not_become_the_reference(assets, other_model, run, capsys):
+  """A start recorded and then refused by the restore (where metadata could not tell, e.g. a
+  registry model) wrote nothing: the right command is compared with the start that wrote the
+  checkpoint, and resumes."""
+  recs = starts(run)
+  wrong = json.load(open(os.path.join(run, recs[-1]["config"])))
+  wrong["model"]["path"] = other_model
+  name = os.path.join(workdir_lib.CONFIGS, "start-0002-refused.json")
+  with open(os.path.join(run, name), "w") as f:
+    json.dump(wrong, f)
+  with open(os.path.join(run, workdir_lib.STARTS), "a") as f:
+    f.write(json.dumps({"start": 2, "config": name, "latest_checkpoint": 1}) + "\n")
+  assert workdir_lib.producer_start(run, 1)[0].endswith(recs[-1]["config"])
+  assert cli.main(fast_args(assets, run, 2)) == 0, capsys.readouterr().err
+  assert [r["step"] for r in read_metrics(run)] == [1, 2]
