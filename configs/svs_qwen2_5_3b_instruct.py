@@ -1,5 +1,5 @@
 """SvS on Qwen2.5-3B-Instruct: the original's 3B setting (`MasterVito/SvS`
-scripts/run_svs_qwen2.5_3b.sh; anchors.md 2.1/2.2): 256 problems a step, 8 solutions each, 8
+scripts/run_svs_qwen2.5_3b.sh): 256 problems a step, 8 solutions each, 8
 syntheses per correct response of an under-performing problem, GRPO for every section, lr 1e-6,
 no KL, clip 0.2/0.28, token-mean loss, prompts up to 4096 and responses up to 8192 tokens, 30
 epochs over MATH-12k, the original's filters and skip rule (`original_run_config`).
@@ -24,7 +24,7 @@ Local files under `root` (nothing is downloaded at run time), the original's fil
                                        original's .jsonl of {question, ref_answer, data_source}
                                        works too: --config.eval.datasets.math_aime=FILE)
 
-Expected (paper notes, ../shared/papers/003_*): at 3B about +2.9 points of average Pass@1 over
+Expected (the SvS paper, arXiv 2508.14029): at 3B about +2.9 points of average Pass@1 over
 plain RLVR (Table 2), larger Pass@32 gains, and a policy entropy that stays in a band instead of
 collapsing (Fig. 5). Not run in this repository.
 """

@@ -6,7 +6,7 @@
   <answer> ... </answer>             (solver)   or   <question> ... </question>   (proposer)
 
 The observation is appended to the same assistant message with no role tokens, as in SSP's
-rollout (anchors.md 1.2); documents are rendered as veRL's search tool does (anchors.md 1.8).
+rollout; documents are rendered as veRL's search tool does.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ jittable (groups are matched with an [N, N] equality matrix, no `unique`), which
 the batch sizes of RL (N ~ 10^3).
 
 Formulas follow veRL cb809d66 (`core_algos.compute_grpo_outcome_advantage`,
-`compute_rloo_outcome_advantage`), see anchors.md 1.7:
+`compute_rloo_outcome_advantage`):
   grpo:       A_i = (r_i - mean_g) / (std_g + eps), std with ddof=1; a group of one has
               mean 0 and std 1, so A = r / (1 + eps) (the proposer's REINFORCE in SSP).
               std_normalize=False gives the paper's mean-only A_i = r_i - mean_g (Dr.GRPO).

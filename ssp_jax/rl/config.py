@@ -1,5 +1,5 @@
 """The `rl` section of a run config (ml_collections). Defaults are the original SSP run's
-(veRL cb809d66 defaults + `examples/train_ssp.sh`; anchors.md 1.7) unless a comment says why not.
+(veRL cb809d66 defaults + `examples/train_ssp.sh`) unless a comment says why not.
 
 Use in a run config:
   from ssp_jax.rl.config import get_rl_config

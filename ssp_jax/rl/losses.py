@@ -1,7 +1,7 @@
 """Token-level policy-gradient loss: PPO clip (low/high), dual clip, KL to a reference, entropy.
 
 Formulas follow veRL cb809d66 (`core_algos.compute_policy_loss_vanilla`, `kl_penalty`,
-`agg_loss`; anchors.md 1.7). Shapes: N sequences, T tokens; `mask_NT` is 1 on the tokens the
+`agg_loss`). Shapes: N sequences, T tokens; `mask_NT` is 1 on the tokens the
 loss sees (policy-generated response tokens) and 0 on prompt, observation and padding tokens.
 
 Every masked-out token is replaced by a constant before any arithmetic, so its log-probs

@@ -1,4 +1,4 @@
-"""Rule filters on proposer trajectories (paper Sec. 3 "Implementation"; anchors.md 1.4).
+"""Rule filters on proposer trajectories (paper Sec. 3 "Implementation").
 
 A proposal passes only if every rule holds; each rule returns `None` (pass) or a named rejection
 reason, so the trainer can count rejections per reason. Thresholds come from `FilterConfig`

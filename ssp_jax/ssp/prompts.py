@@ -2,7 +2,7 @@
 
 Every function returns chat messages (a list of `{"role", "content"}` dicts) that the rollout
 engine renders with the tokenizer's chat template. The rules follow the paper (Sec. 3, App. A) and
-the original code's prompts (anchors.md 1.3/1.4/1.5):
+the original code's prompts:
 
 * proposer: reverse-engineer an n-hop question from a known answer by searching; fact-grounded,
   no spoilers, search mandatory, exactly n hops, unique answer; final question in <question>.

@@ -1,4 +1,4 @@
-"""RAG verification of proposed questions (paper Sec. 3; anchors.md 1.4).
+"""RAG verification of proposed questions (paper Sec. 3).
 
 A verifier answers each question without searching, from the documents its proposer retrieved
 mixed with the documents of `k` other trajectories of the same batch (noise, default 4), shuffled

@@ -1,4 +1,4 @@
-"""Filling the batch when too few proposals are valid (paper App. B.1; anchors.md 1.6).
+"""Filling the batch when too few proposals are valid (paper App. B.1).
 
 Strategies (`config.ssp.fill.strategy`):
   replay       replay buffer of earlier valid questions, fully reset every `reset_every` steps

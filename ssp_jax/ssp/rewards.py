@@ -1,4 +1,4 @@
-"""Rewards of the SSP game (paper App. A; anchors.md 1.5).
+"""Rewards of the SSP game (paper App. A).
 
 Solver: 1/0 for the last `<answer>` of the response, by normalised exact match against any alias
 (`em`), token F1 (`f1`), the LLM judge alone (`judge`), or EM then the judge for misses

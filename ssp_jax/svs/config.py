@@ -4,7 +4,7 @@
   from ssp_jax.svs.config import base_run_config
   config = base_run_config()         # then --config.svs.n=16 etc.
 
-Defaults are the original SvS run's (anchors.md 2.1/2.2: `MasterVito/SvS` scripts) unless a
+Defaults are the original SvS run's (the `MasterVito/SvS` scripts) unless a
 comment says otherwise.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ def get_svs_eval_config() -> ml_collections.ConfigDict:
 
 def base_run_config() -> ml_collections.ConfigDict:
   """The SSP run skeleton (model, mesh, checkpoint, rollout, rl sections) with the SvS game:
-  no retriever and no `ssp` section; GRPO for both roles, no KL, clip 0.2/0.28 (anchors 2.2)."""
+  no retriever and no `ssp` section; GRPO for both roles, no KL, clip 0.2/0.28 (the original's scripts)."""
   from ssp_jax.ssp.config import base_run_config as ssp_base
   c = ssp_base()
   del c.ssp, c.retrieval

@@ -1,5 +1,5 @@
 """Math evaluation for SvS: n sampled solutions per problem, mean accuracy and unbiased pass@k per
-data source (anchors.md 2.4; the paper reports Pass@32).
+data source (the paper reports Pass@32).
 
   ssp-jax eval --config configs/svs_tiny.py --out runs/eval_svs        # builtin:math_sample
   ssp-jax eval --config configs/svs_tiny.py --checkpoint runs/svs_tiny \\

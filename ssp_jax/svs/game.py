@@ -1,4 +1,4 @@
-"""One step of the SvS game (self-play with variational problem synthesis; anchors.md 2.1).
+"""One step of the SvS game (self-play with variational problem synthesis).
 
   problems --OQA: n solutions each--> accuracy p per problem
     under-performing problems (lower <= p <= upper): their CORRECT responses

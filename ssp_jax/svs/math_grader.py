@@ -1,4 +1,4 @@
-"""Answer checking for math RLVR (SvS; anchors.md 2.3): one final answer, a cascade of checks.
+"""Answer checking for math RLVR (SvS): one final answer, a cascade of checks.
 
   grade(response, "\\frac{1}{2}")  # 1.0 iff the response's final answer equals 1/2
 

@@ -2,7 +2,7 @@
 
 * solving (OQA, SPA, evaluation): the problem followed by the math suffix, as one user message;
 * variational problem synthesis (VPS): given a solution known to be correct, write the problem it
-  most plausibly answers, inside a ```text fenced block (anchors.md 2.1 describes the original's
+  most plausibly answers, inside a ```text fenced block (the original's
   `prompts/variational_problem_synthesis.txt`; ours are paraphrases, not copies). Two wordings
   (`svs.synthesis_prompt`): "original" follows the original's content (analyse topic, reasoning
   and learning objective; a realistic, explicit, unambiguous problem) and, like it, does not ask
