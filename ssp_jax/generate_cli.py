@@ -129,9 +129,11 @@ def load_policy(checkpoint: Optional[str], tokenizer: Optional[str], dtype, chat
   from ssp_jax.tokenizer import load_tokenizer
   where = resolve_checkpoint(checkpoint) if checkpoint else None
   if where is None:
-    if checkpoint and not os.path.exists(checkpoint):
+    if checkpoint and not os.path.exists(checkpoint) and \
+        not models.registry.is_registry_spec(checkpoint):   # joined from its packages on use
       raise FileNotFoundError(f"--checkpoint {checkpoint!r} does not exist (give an HF "
-                              "directory, a .gguf file or a training run's workdir)")
+                              "directory, a .gguf file, a registry: model or a training run's "
+                              "workdir)")
     cfg, params, tok_dir = models.load_checkpoint(checkpoint, dtype=dtype)
     return cfg, params, load_tokenizer(tok_dir, chat_format)
   from ssp_jax import checkpointing
