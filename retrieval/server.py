@@ -295,13 +295,26 @@ class PooledHTTPServer(HTTPServer):
         threading.Thread(target=self._serve_connections, daemon=True,
                          name=f"retrieval-http-{self._threads}").start()
 
+  def server_close(self):
+    """Closes the socket and ends the connection threads (each blocks on the queue, so a closed
+    server used to keep them for the life of the process)."""
+    super().server_close()
+    with self._lock:
+      n = self._threads
+    for _ in range(n):
+      self._conns.put(None)
+
   def _serve_connections(self):
     while True:
       with self._lock:
         self._idle += 1
-      request, client_address = self._conns.get()
+      item = self._conns.get()
       with self._lock:
         self._idle -= 1
+        if item is None:            # server_close: this thread ends
+          self._threads -= 1
+          return
+      request, client_address = item
       try:
         self.finish_request(request, client_address)
       except Exception:  # noqa: BLE001

@@ -169,3 +169,37 @@ def test_cli_serve_subprocess(bm25_dir):
   finally:
     proc.terminate()
     proc.wait(10)
+
+
+def test_closed_server_ends_its_connection_threads():
+  """A closed server's connection threads end (they used to block on its queue for the life of
+  the process: ~100 of them by the end of the test suite)."""
+  import threading
+  import time
+  import urllib.request
+  from http.server import BaseHTTPRequestHandler
+
+  from retrieval.server import PooledHTTPServer
+
+  class Ok(BaseHTTPRequestHandler):
+    def do_GET(self):
+      self.send_response(200)
+      self.end_headers()
+      self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+      pass
+
+  srv = PooledHTTPServer(("127.0.0.1", 0), Ok)
+  t = threading.Thread(target=srv.serve_forever, daemon=True)
+  t.start()
+  url = f"http://127.0.0.1:{srv.server_address[1]}/"
+  for _ in range(4):
+    assert urllib.request.urlopen(url, timeout=5).read() == b"ok"
+  assert srv._threads >= 1
+  srv.shutdown()
+  srv.server_close()
+  deadline = time.time() + 5
+  while srv._threads and time.time() < deadline:
+    time.sleep(0.05)
+  assert srv._threads == 0
