@@ -68,6 +68,11 @@ class BatchWorker:
     self.jobs: "queue.Queue[_Job]" = queue.Queue()
     threading.Thread(target=self._loop, daemon=True, name="retrieval-worker").start()
 
+  def close(self) -> None:
+    """Ends the worker thread (which holds the retriever, its index and encoder) once the jobs
+    already queued are done."""
+    self.jobs.put(None)
+
   def search(self, queries: list[str], topk: int) -> list[list[dict]]:
     job = _Job(queries, topk)
     self.jobs.put(job)
@@ -77,12 +82,18 @@ class BatchWorker:
     return job.result
 
   def _take_batch(self) -> list[_Job]:
-    batch = [self.jobs.get()]
-    n = len(batch[0].queries)
+    """The next batch of jobs; empty when `close` was called."""
+    first = self.jobs.get()
+    if first is None:
+      return []
+    batch, n = [first], len(first.queries)
     while n < self.max_batch:
       try:
         job = self.jobs.get_nowait()
       except queue.Empty:
+        break
+      if job is None:             # close: finish this batch, then stop
+        self.jobs.put(None)
         break
       batch.append(job)
       n += len(job.queries)
@@ -99,6 +110,8 @@ class BatchWorker:
   def _loop(self) -> None:
     while True:
       batch = self._take_batch()
+      if not batch:
+        return
       try:
         self._run(batch)
       except BaseException as e:  # noqa: BLE001 - handed to the waiting request(s)
@@ -279,7 +292,9 @@ class PooledHTTPServer(HTTPServer):
   """An HTTPServer whose connections are handled by up to `max_threads` daemon threads (started
   as needed, then reused), with a listen backlog of `backlog`."""
 
-  def __init__(self, address, handler, *, max_threads: int = 512, backlog: int = 1024):
+  def __init__(self, address, handler, *, max_threads: int = 512, backlog: int = 1024,
+               worker: Optional[BatchWorker] = None):
+    self.worker = worker              # closed with the server
     self.request_queue_size = backlog   # read by server_activate's listen()
     self.max_threads = max_threads
     self._conns: "queue.Queue" = queue.Queue()
@@ -303,6 +318,8 @@ class PooledHTTPServer(HTTPServer):
       n = self._threads
     for _ in range(n):
       self._conns.put(None)
+    if self.worker is not None:
+      self.worker.close()
 
   def _serve_connections(self):
     while True:
@@ -337,4 +354,4 @@ def make_server(retriever, host: str = "127.0.0.1", port: int = 8000,
             "num_passages": meta.get("num_passages")}
   worker = BatchWorker(retriever, limits.max_batch)
   return PooledHTTPServer((host, port), make_handler(worker, limits, health, verbose),
-                          max_threads=limits.max_threads, backlog=limits.backlog)
+                          max_threads=limits.max_threads, backlog=limits.backlog, worker=worker)

@@ -203,3 +203,20 @@ def test_closed_server_ends_its_connection_threads():
   while srv._threads and time.time() < deadline:
     time.sleep(0.05)
   assert srv._threads == 0
+
+
+def test_server_close_ends_the_search_worker(bm25_dir):
+  """The worker thread holds the retriever (index and encoder): a closed server must let it go,
+  after finishing the searches already queued."""
+  before = {t.ident for t in threading.enumerate() if t.name == "retrieval-worker"}
+  srv = make_server(load_retriever(bm25_dir), "127.0.0.1", 0, LIMITS)
+  threading.Thread(target=srv.serve_forever, daemon=True).start()
+  status, out = request((srv,), "POST", "/retrieve", {"queries": ["capital"], "topk": 1})
+  assert status == 200 and len(out["result"]) == 1
+  worker = [t for t in threading.enumerate()
+            if t.name == "retrieval-worker" and t.ident not in before]
+  assert len(worker) == 1
+  srv.shutdown()
+  srv.server_close()
+  worker[0].join(timeout=5)
+  assert not worker[0].is_alive()
