@@ -76,6 +76,15 @@ def _with_world(config, specs: dict[str, str]) -> dict[str, str]:
   return world_config.resolve_specs(specs, world_config.resolve_world(config))
 
 
+def probe_eval_judge(config) -> None:
+  """With `eval.judge="ssp"` and a URL as `ssp.judge.source`, one tiny request before the model
+  loads; raises a RuntimeError (RemoteError) naming the field and the fix when it fails."""
+  from ssp_jax.ssp import build, remote
+  url = config.ssp.judge.source if config.eval.get("judge") == "ssp" else ""
+  if url and remote.is_url(url):
+    build.probe_endpoints(config, [("ssp.judge.source", url)])
+
+
 def run(args: argparse.Namespace) -> int:
   from ssp_jax import games
   try:
@@ -94,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     specs = _with_world(config, specs)
     previous = outputs.prepare(args.out, "qa")          # an unusable --out before any work
     sets = runner.load_eval_sets(config.eval, specs)   # data errors surface before the model
+    probe_eval_judge(config)                           # and an endpoint that does not answer
   except (OSError, ValueError, ImportError, RuntimeError) as e:
     print(f"ssp-jax eval: {e}", file=sys.stderr)
     return 2

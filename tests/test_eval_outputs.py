@@ -87,6 +87,25 @@ def test_unwritable_out_is_reported_before_the_evaluation(setup, tmp_path, capsy
   assert len(err.splitlines()) == 1 and "--out" in err and "not a writable directory" in err
 
 
+def test_dead_judge_endpoint_is_probed_before_the_evaluation(setup, tmp_path, capsys):
+  """`eval.judge=ssp` with a URL judge that does not answer: exit 2 with one line naming
+  ssp.judge.source, before the model loads; nothing is written."""
+  import socket
+  s = socket.socket()
+  s.bind(("127.0.0.1", 0))
+  port = s.getsockname()[1]
+  s.close()                       # nothing listens there now
+  t0 = time.perf_counter()
+  rc = _eval(setup, tmp_path / "out", "a",
+             extra=["--config.eval.judge=ssp", f"--config.ssp.judge.source=http://127.0.0.1:{port}/v1",
+                    "--config.ssp.judge.model=m"])
+  assert rc == 2 and time.perf_counter() - t0 < 20
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and "config.ssp.judge.source" in err, err
+  assert "start the server" in err
+  assert not (tmp_path / "out" / "results.json").exists()
+
+
 def test_unreadable_or_other_kind_results_are_refused(tmp_path):
   (tmp_path / "results.json").write_text("{not json")
   with pytest.raises(outputs.OutputError, match="move it away"):

@@ -131,12 +131,12 @@ def endpoint_fields(config) -> list[tuple[str, str]]:
 PROBE_DEADLINE_S = 30.0
 
 
-def probe_endpoints(config) -> None:
-  """One tiny chat request to each endpoint of `endpoint_fields` (one retry, at most
-  PROBE_DEADLINE_S), before any model is loaded; raises `remote.RemoteError` with one line
-  naming the field and the fix."""
+def probe_endpoints(config, fields: Optional[list] = None) -> None:
+  """One tiny chat request to each endpoint of `endpoint_fields` (or of `fields`, a list of
+  (config field, url)), one retry, at most PROBE_DEADLINE_S each, before any model is loaded;
+  raises `remote.RemoteError` with one line naming the field and the fix."""
   j = config.ssp.judge
-  for field, url in endpoint_fields(config):
+  for field, url in (endpoint_fields(config) if fields is None else fields):
     chat = chat_client(url, j, retries=min(1, int(j.retries)), backoff_s=0.2,
                        call_deadline_s=min(float(j.get("call_deadline_s", 120.0)),
                                            PROBE_DEADLINE_S))
