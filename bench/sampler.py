@@ -98,7 +98,7 @@ def _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout):
 def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
   params = _params(cfg, dtype)
   tables = S.build_stop_tables([b"x"] * cfg.vocab_size, []).to_device()
-  dparams = S.make_decode_params(cfg, params, dtype)   # once per rollout call in the engine
+  dparams = S.make_decode_params(cfg, params, dtype, FUSE)   # once per rollout call (engine)
   _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout)  # compile
   runs = [_run_once(cfg, params, dparams, B, P, N, dtype, tables, layout)
           for _ in range(repeats)]
@@ -110,7 +110,8 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
           "new_tokens": N, "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "prefill_s": round(pre, 4), "decode_s": round(dec, 4),
           "decode_tok_s": round(count / dec, 1), "e2e_tok_s": round(count / (pre + dec), 1),
-          "ms_per_step": round(1000 * dec / N, 3), "kv_layout": layout,
+          "ms_per_step": round(1000 * dec / N, 3), "kv_layout": layout, "fused_proj": FUSE,
+          "prng": jax.config.jax_default_prng_impl,
           "decode_attention": ATTN if layout == "dense" else PAGED_ATTN}
 
 
@@ -153,6 +154,7 @@ def _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens):
 
 WARMUP = True   # --warmup: an untimed identical run first, so the timed one compiles nothing
 PROFILE = ""    # --profile DIR: one more run of each measurement under the JAX profiler
+FUSE = True     # --fuse: one q/k/v and one gate/up GEMM a layer (the engine's unsharded default)
 TAIL_MIN_BATCH = None   # --tail-min-batch (None: the rollout config's default)
 
 
@@ -418,6 +420,11 @@ def main(argv=None) -> int:
   p.add_argument("--step-max-new", type=int, default=8192)
   p.add_argument("--tail-min-batch", type=int, default=None,
                  help="rollout.tail_min_batch for the engine runs (0 = the batch never shrinks)")
+  p.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=True,
+                 help="single turn: fused q/k/v and gate/up decode weights (the engine fuses "
+                      "whenever it is unsharded)")
+  p.add_argument("--prng", default="", help="JAX PRNG implementation for sampling "
+                 "(threefry2x32 | rbg | unsafe_rbg; default: JAX's)")
   p.add_argument("--profile", default="", metavar="DIR",
                  help="also run each measurement once more under the JAX profiler, writing a "
                       "perfetto trace under DIR (read it with bench/trace_summary.py)")
@@ -425,8 +432,10 @@ def main(argv=None) -> int:
                  help="multi-turn / paper step: an untimed identical run first (compiles); "
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
-  global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH
-  WARMUP, PROFILE, TAIL_MIN_BATCH = a.warmup, a.profile, a.tail_min_batch
+  global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE
+  WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE = a.warmup, a.profile, a.tail_min_batch, a.fuse
+  if a.prng:
+    jax.config.update("jax_default_prng_impl", a.prng)
   PAGED_ATTN = a.paged_attention or ("pallas" if jax.default_backend() == "gpu" else "gather")
   layouts = a.kv_layout.split(",")
   for lay in layouts:

@@ -162,3 +162,29 @@ def test_decode_step_equals_chunk_forward(impl):
   np.testing.assert_allclose(got, want[:, 0], atol=1e-5)
   for k in ("k", "v"):
     np.testing.assert_allclose(jnp.stack(got_cache[k]), want_cache[k], atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", [dict(qkv_bias=True), dict(qkv_bias=False, qk_norm=True)])
+def test_decode_step_fused_projections_equal_separate(variant):
+  """`decode_params(fuse=True)` (one q/k/v GEMM, one gate/up GEMM a layer) computes the same
+  logits and cache as the separate weights, with Qwen2's q/k/v biases and Qwen3's q/k norms."""
+  from ssp_jax.sampling import decode_forward, decode_params
+  cfg = models.ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_layers=2,
+                           num_heads=4, num_kv_heads=2, head_dim=16, **variant)
+  p = models.init_params(cfg, jax.random.key(0), std=0.2)
+  if cfg.qkv_bias:   # non-zero biases, so a bias in the wrong column block changes the result
+    for i, name in enumerate(("bq", "bk", "bv")):
+      p["layers"][name] = jax.random.normal(jax.random.key(10 + i), p["layers"][name].shape)
+  cache = models.init_cache(cfg, 3, 32, jnp.float32)
+  toks = jax.random.randint(jax.random.key(1), (3, 12), 0, 256)
+  _, cache = models.forward_with_cache(cfg, p, toks[:, :9], jnp.zeros((3,), jnp.int32), cache)
+  pos = jnp.asarray([9, 4, 0], jnp.int32)
+  layers = {k: list(cache[k]) for k in ("k", "v")}
+  fused = decode_params(cfg, p, jnp.float32, fuse=True)
+  assert "w_qkv" in fused["layers"][0] and "wq" not in fused["layers"][0]
+  want, want_cache = decode_forward(cfg, decode_params(cfg, p, jnp.float32),
+                                    toks[jnp.arange(3), pos], pos, layers)
+  got, got_cache = decode_forward(cfg, fused, toks[jnp.arange(3), pos], pos, layers)
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  for k in ("k", "v"):
+    np.testing.assert_allclose(jnp.stack(got_cache[k]), jnp.stack(want_cache[k]), atol=1e-5)

@@ -200,7 +200,8 @@ class RolloutEngine:
     eos_E = jnp.asarray(list(self.tok.eos_ids) or [-1], jnp.int32)
     steps = int(c.steps_per_call)  # fixed: one compiled loop whatever max_new_tokens is
     run.cap = int(c.max_prompt_tokens) + run.max_new + int(c.prefill_chunk) + 1
-    dparams = S.make_decode_params(self.model_cfg, params, self.dtype)
+    # fused q/k/v and gate/up GEMMs when unsharded (decode_step.decode_params)
+    dparams = S.make_decode_params(self.model_cfg, params, self.dtype, self.sharder is None)
     window = tables.prefix_VM.shape[1]
     if self.paged:
       st = self._init_paged(B, run, window)

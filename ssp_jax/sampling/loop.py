@@ -35,7 +35,7 @@ from models.sharding import Sharder, constrain
 from ssp_jax.sampling import paged as PG
 from ssp_jax.sampling.decode_step import decode_forward, decode_params
 
-make_decode_params = jax.jit(decode_params, static_argnums=(0, 2))
+make_decode_params = jax.jit(decode_params, static_argnums=(0, 2, 3))
 from ssp_jax.sampling.methods import SamplingParams, sample_next
 from ssp_jax.sampling.stops import PAD, StopTables, check_stop
 

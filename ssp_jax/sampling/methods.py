@@ -52,15 +52,17 @@ def sample_next(logits_BV: jax.Array, key: jax.Array,
                 p: SamplingParams) -> tuple[jax.Array, jax.Array]:
   """Returns (token_B int32, logprob_B float32). `logits_BV` are float32."""
   logits_BV = logits_BV.astype(jnp.float32)
+  scaled_BV = logits_BV if p.greedy else logits_BV / p.temperature
+  # log_softmax(scaled)[tok] = scaled[tok] - logsumexp(scaled): one reduction over the
+  # vocabulary instead of a [B, V] log-softmax written out and gathered from.
+  lse_B = jax.nn.logsumexp(scaled_BV, axis=-1)
   if p.greedy:
     tok_B = jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
-    logp_BV = jax.nn.log_softmax(logits_BV, axis=-1)
   else:
-    scaled_BV = logits_BV / p.temperature
-    logp_BV = jax.nn.log_softmax(scaled_BV, axis=-1)
     if p.top_k or p.top_p < 1.0:
       thr_B1 = _truncation_threshold(scaled_BV, p)
       scaled_BV = jnp.where(scaled_BV >= thr_B1, scaled_BV, -jnp.inf)
     tok_B = jax.random.categorical(key, scaled_BV, axis=-1).astype(jnp.int32)
-  lp_B = jnp.take_along_axis(logp_BV, tok_B[:, None], axis=-1)[:, 0]
+  picked_B = jnp.take_along_axis(logits_BV, tok_B[:, None], axis=-1)[:, 0]
+  lp_B = (picked_B if p.greedy else picked_B / p.temperature) - lse_B
   return tok_B, lp_B

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The decode-step and update measurements of issue 26 on one H200, in stages that each fit one
+# device call (10 minutes). Every line is JSON (bench/sampler.py's lines, trace summaries).
+#
+#   STAGES="d" bash bench/issue26_h200.sh OUT_DIR
+#
+# Stages:
+#   d   0.5B, 256 slots, single turn: separate vs fused q/k/v + gate/up decode weights, JAX's
+#       default PRNG vs rbg, XLA command buffers over while loops; a profile of the fused step
+#   d7  7B, 256 slots, single turn: separate vs fused weights
+#   m   0.5B, 256 slots, multi-turn (1 prompt a slot, 1,024-token responses, 512-token
+#       observations): dense and paged
+# Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site).
+set -uo pipefail
+if [ $# -lt 1 ]; then
+  echo 'usage: STAGES="d d7 m" bash bench/issue26_h200.sh OUT_DIR' >&2
+  exit 2
+fi
+OUT=$1
+STAGES=${STAGES:-d}
+PY=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+export PYTHONPATH="${EXTRA_PYTHONPATH:+$EXTRA_PYTHONPATH:}$PWD"
+export PYTHONUNBUFFERED=1
+B="$PY bench/sampler.py --batches 256 --repeats 2 --peer none"
+run() {   # name, then the command; its lines go to OUT/name.jsonl and stdout
+  local name=$1; shift
+  echo "== $name: $*" >&2
+  timeout 240 "$@" 2> >(tail -5 >&2) | tee "$OUT/$name.jsonl"
+}
+CB="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+for s in $STAGES; do
+  case $s in
+    d)
+      run d_separate $B --presets qwen2.5-0.5b --no-fuse
+      run d_fused $B --presets qwen2.5-0.5b --profile "$OUT/prof_d"
+      run d_fused_rbg $B --presets qwen2.5-0.5b --prng rbg
+      XLA_FLAGS="$CB" run d_fused_rbg_cmdbuf $B --presets qwen2.5-0.5b --prng rbg
+      $PY bench/trace_summary.py "$OUT/prof_d" --top 40 > "$OUT/d_trace.jsonl" ;;
+    d7)
+      run d7_separate $B --presets qwen2.5-7b --no-fuse --repeats 1
+      run d7_fused $B --presets qwen2.5-7b --repeats 1 ;;
+    m)
+      run m_dense $B --presets qwen2.5-0.5b --kv-layout dense --multiturn \
+        --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1
+      run m_paged $B --presets qwen2.5-0.5b --kv-layout paged --multiturn \
+        --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 ;;
+    *) echo "unknown stage $s" >&2; exit 2 ;;
+  esac
+done
