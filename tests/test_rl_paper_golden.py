@@ -20,13 +20,14 @@ import pytest
 
 from rl_helpers import CFG, trajectories
 from ssp_jax.config_loader import load_config_file, repo_path
-from ssp_jax.rl import batch as batch_lib
-from ssp_jax.rl.advantages import role_advantages
 from ssp_jax.rl.learner import Learner
-from ssp_jax.ssp.trainer import run_updates
+from ssp_jax.rl.roles import RoleTable
+from ssp_jax.rl.schedule import run_updates, step_batch
+from ssp_jax.ssp import game as ssp_game
+from ssp_jax.svs import game as svs_game
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "data", "rl_paper_golden.json")
-PROPOSER, SOLVER = 0, 1
+PROPOSER, SOLVER, SYNTHESIZER = "proposer", "solver", "synthesizer"
 
 
 def _rl(config_file: str, **overrides):
@@ -51,21 +52,20 @@ def _svs_rows():
   """2 OQA groups (solver), 1 VPS group (the synthesis role), 1 SPA group (solver), 8 rows each."""
   rng = np.random.default_rng(12)
   rewards = rng.integers(0, 2, 32).astype(np.float32)
-  roles = [SOLVER] * 16 + [PROPOSER] * 8 + [SOLVER] * 8
+  roles = [SOLVER] * 16 + [SYNTHESIZER] * 8 + [SOLVER] * 8
   groups = [j // 8 for j in range(32)]
   return rewards, np.asarray(groups), np.asarray(roles)
 
 
-def one_update(rl, rewards, groups, roles, seed):
-  """(advantages [N], the update's metrics dicts, digest of the params after it)."""
-  adv = role_advantages(rewards, groups, roles,
-                        {PROPOSER: rl.proposer_estimator, SOLVER: rl.solver_estimator},
-                        std_normalize=rl.grpo_std_normalize, eps=rl.grpo_eps)
-  batch = batch_lib.make_batch(trajectories(len(rewards), seed), adv, roles,
-                               prompt_index=groups, bucket=rl.bucket, max_len=rl.max_len)
+def one_update(rl, game, rewards, groups, roles, seed):
+  """(advantages [N], the update's metrics dicts, digest of the params after it), as the
+  training loop makes them from a step's rows."""
+  table = RoleTable.from_config(rl, game.ROLES)
+  batch, adv = step_batch(table, trajectories(len(rewards), seed), rewards, roles, groups,
+                          bucket=rl.bucket, max_len=rl.max_len)
   learner = Learner(CFG, rl)
   before = jax.tree.leaves(jax.device_get(learner.state["params"]))
-  updates = run_updates(learner, batch, rl.update_schedule)
+  updates = run_updates(learner, batch, rl.update_schedule, table, game.UPDATE_ORDER)
   after = jax.tree.leaves(jax.device_get(learner.state["params"]))
   # the update itself (lr 1e-6 barely moves the params): its size and two fixed projections
   delta = [np.asarray(a, np.float64) - np.asarray(b, np.float64) for a, b in zip(after, before)]
@@ -77,9 +77,9 @@ def one_update(rl, rewards, groups, roles, seed):
 
 CASES = {
     "ssp_qwen2_5_7b_instruct": lambda: one_update(
-        _rl("ssp_qwen2_5_7b_instruct.py", mini_batch_size=2), *_ssp_rows(), seed=5),
+        _rl("ssp_qwen2_5_7b_instruct.py", mini_batch_size=2), ssp_game, *_ssp_rows(), seed=5),
     "svs_qwen2_5_3b_instruct": lambda: one_update(
-        _rl("svs_qwen2_5_3b_instruct.py"), *_svs_rows(), seed=6),
+        _rl("svs_qwen2_5_3b_instruct.py"), svs_game, *_svs_rows(), seed=6),
 }
 
 
