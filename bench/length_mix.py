@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from ssp_jax.rl.config import ROLE_IDS
+from ssp_jax.ssp.game import ROLES
 from ssp_jax.types import Trajectory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,5 +63,5 @@ def sample_trajectories(mix: dict, n: int, *, vocab: int, seed: int = 0, scale: 
       resp = rng.integers(1, vocab, len(mask)).tolist()
       trajs.append(Trajectory(prompt_ids=prompt, response_ids=resp, loss_mask=mask,
                               logprobs=[-8.0] * len(mask)))
-      role_ids.append(ROLE_IDS[r])
+      role_ids.append(ROLES.index(r))
   return trajs, role_ids

@@ -18,7 +18,7 @@ What is compared against the 1-device run, per layout:
                         for the tags and triggers the retriever, observations are spliced
   update                one `Learner.update` (the paper config's `rl` section: sequence packing,
                         k3 KL 0.01 with the reference forward, old log-probs recomputed,
-                        seq-mean-token-mean, the proposer_then_solver schedule) over the
+                        seq-mean-token-mean, the by_role schedule) over the
                         1-device multi-turn rollouts: 1 proposer + 2 solver optimizer steps,
                         the solver's old log-probs recomputed after the proposer's step; loss,
                         grad_norm and every other metric of each step
@@ -95,7 +95,10 @@ import models  # noqa: E402
 from models import Sharder, make_mesh  # noqa: E402
 from ssp_jax.config_loader import load_config_file  # noqa: E402
 from ssp_jax.rl import batch as batch_lib  # noqa: E402
-from ssp_jax.rl.learner import Learner  # noqa: E402
+from ssp_jax.rl.learner import Learner
+from ssp_jax.rl.roles import RoleTable
+from ssp_jax.rl.schedule import update_by_role
+from ssp_jax.ssp import game as ssp_game  # noqa: E402
 from ssp_jax.rollout import RolloutEngine, get_rollout_config  # noqa: E402
 from ssp_jax.testing.small_retriever import SmallBM25Retriever  # noqa: E402
 from ssp_jax.testing.tiny_checkpoint import make_tokenizer  # noqa: E402
@@ -204,13 +207,14 @@ def rl_config(config, lr: float = 0.0):
 
 
 def update(cfg, rl, params, batch, sharder):
-  """One update as the config schedules it: `proposer_then_solver` (the paper config's: the
+  """One update as the config schedules it: `by_role` (the paper config's: the
   proposer's call, then the solver's with old log-probs recomputed after it; here 1 + 2
   optimizer steps) or `fused` (one call, ceil(prompts / mini_batch_size) steps). Returns
   [(label, metrics)] in step order."""
   learner = Learner(cfg, rl, sharder, params=params)
-  if rl.update_schedule == "proposer_then_solver":
-    out = learner.update_by_role(batch)
+  if rl.update_schedule == "by_role":
+    out = update_by_role(learner, batch, RoleTable.from_config(rl, ssp_game.ROLES),
+                         ssp_game.UPDATE_ORDER)
     return [(f"{role}{i}", m) for role, ms in out.items() for i, m in enumerate(ms)]
   return [(f"fused{i}", m) for i, m in enumerate(learner.update(batch))]
 

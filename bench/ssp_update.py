@@ -1,15 +1,15 @@
 """Time of one SSP update under each `rl.update_schedule`; prints one JSON line.
 
 One SSP-shaped batch (--proposers prompts of 1 row, --problems prompts of --solver-n rows, every
-row --seq tokens, the first eighth a prompt) goes through `ssp_jax.ssp.trainer.run_updates`
+row --seq tokens, the first eighth a prompt) goes through `ssp_jax.rl.schedule.run_updates`
 exactly as in training: old log-probs recomputed by the learner, then the optimizer steps.
   fused                 one old-log-prob pass over all rows, ceil(prompts / mini_batch) steps
-  proposer_then_solver  the original: a pass + steps over the proposer rows, then a pass over the
+  by_role  the original: a pass + steps over the proposer rows, then a pass over the
                         solver rows with the updated weights + their steps (mini-batch =
                         mini_batch x solver_n rows, veRL's rule)
 Random weights and advantages; one untimed warm-up update per schedule compiles its shapes.
 Besides the times it reports the optimizer steps per role and the policy drift (`ppo_kl`,
-`clipfrac`) of the solver's first update, which proposer_then_solver makes on-policy.
+`clipfrac`) of the solver's first update, which by_role makes on-policy.
 
 GPU (one H200; the paper's shape scaled down to fit 10 minutes):
   python bench/ssp_update.py --preset qwen2.5-1.5b --seq 2048 --proposers 64 --problems 64 \\
@@ -33,7 +33,9 @@ import numpy as np  # noqa: E402
 import models  # noqa: E402
 from ssp_jax.rl import config as rl_config  # noqa: E402
 from ssp_jax.rl.learner import Learner  # noqa: E402
-from ssp_jax.ssp.trainer import run_updates  # noqa: E402
+from ssp_jax.rl.roles import RoleTable  # noqa: E402
+from ssp_jax.rl.schedule import run_updates as run_table_updates  # noqa: E402
+from ssp_jax.ssp import game as ssp_game  # noqa: E402
 
 TINY = models.ModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2,
                           num_heads=4, num_kv_heads=2, head_dim=16)
@@ -70,6 +72,7 @@ def ssp_batch(a, vocab: int, seed: int = 0) -> dict:
           "old_logp": np.zeros((n, a.seq), np.float32),
           "length": np.full(n, a.seq, np.int32),   # full rows (packing keeps one per row)
           "advantages": rng.normal(size=n).astype(np.float32),
+          "loss_weight": np.ones(n, np.float32),
           "role": np.asarray([0] * a.proposers + [1] * (n - a.proposers), np.int32),
           "prompt": np.asarray(list(range(a.proposers)) +
                                [a.proposers + i // a.solver_n
@@ -77,7 +80,7 @@ def ssp_batch(a, vocab: int, seed: int = 0) -> dict:
 
 
 def rl_for(a):
-  rl = rl_config.get_rl_config()
+  rl = rl_config.get_rl_config(roles={"proposer": "reinforce", "solver": "grpo"})
   on_gpu = jax.devices()[0].platform == "gpu"
   rl.update(mini_batch_size=a.mini_batch, micro_batch_size=a.micro_batch, remat=a.remat,
             kl_coef=a.kl_coef, lr=a.lr, max_len=a.seq, bucket=a.seq,
@@ -85,6 +88,11 @@ def rl_for(a):
   if a.tiny:
     rl.update(compute_dtype="float32", ref_dtype="float32", logprob_chunk=64)
   return rl
+
+
+def run_updates(learner, batch: dict, schedule: str) -> list[dict]:
+  table = RoleTable.from_config(learner.rl, ssp_game.ROLES)
+  return run_table_updates(learner, batch, schedule, table, ssp_game.UPDATE_ORDER)
 
 
 def time_schedule(a, cfg, schedule: str, batch: dict) -> dict:
@@ -126,7 +134,7 @@ def main(argv=None) -> int:
          "jax": jax.__version__}
   for schedule in rl_config.UPDATE_SCHEDULES:
     out[schedule] = time_schedule(a, cfg, schedule, batch)
-  out["ratio_proposer_then_solver_to_fused"] = (out["proposer_then_solver"]["step_s_median"]
+  out["ratio_by_role_to_fused"] = (out["by_role"]["step_s_median"]
                                                 / out["fused"]["step_s_median"])
   print(json.dumps(out))
   return 0

@@ -121,6 +121,7 @@ def fake_batch(cfg, K, m, T, sharder, seed=0):
   b = {"tokens": rng.integers(0, cfg.vocab_size, (K, m, T), dtype=np.int32),
        "loss_mask": mask, "old_logp": np.full((K, m, T), -8.0, np.float32),
        "advantages": rng.normal(size=(K, m)).astype(np.float32),
+       "loss_weight": np.ones((K, m), np.float32),
        "role": (rng.random((K, m)) < 0.2).astype(np.int32), "prompt": np.zeros((K, m), np.int32)}
   sh = learner_lib.batch_shardings(sharder)
   return {k: jax.device_put(v, sh[k]) for k, v in b.items()}
@@ -130,7 +131,8 @@ def abstract_batch(cfg, K, m, T, sharder):
   sh = learner_lib.batch_shardings(sharder)
   shapes = {"tokens": ((K, m, T), jnp.int32), "loss_mask": ((K, m, T), jnp.float32),
             "old_logp": ((K, m, T), jnp.float32), "advantages": ((K, m), jnp.float32),
-            "role": ((K, m), jnp.int32), "prompt": ((K, m), jnp.int32)}
+            "loss_weight": ((K, m), jnp.float32), "role": ((K, m), jnp.int32),
+            "prompt": ((K, m), jnp.int32)}
   return {k: jax.ShapeDtypeStruct(s, d, sharding=sh[k]) for k, (s, d) in shapes.items()}
 
 
@@ -220,6 +222,7 @@ def _uniform_packed(cfg, rows, T, seed=1):
   return {"tokens": rng.integers(0, cfg.vocab_size, (rows, T), dtype=np.int32),
           "loss_mask": mask, "old_logp": np.where(mask > 0, -8.0, 0.0).astype(np.float32),
           "advantages": np.repeat(rng.normal(size=(rows, 1)), T, 1).astype(np.float32),
+          "loss_weight": np.ones((rows, T), np.float32),
           "role": np.repeat((rng.random((rows, 1)) < 0.2).astype(np.int32), T, 1),
           "segment_ids": np.ones((rows, T), np.int32),
           "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (rows, T)).copy(),

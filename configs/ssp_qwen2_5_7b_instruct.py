@@ -73,9 +73,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   rl.mini_batch_size = 128            # paper: mini-batch 128 prompts (256 -> 2 updates a role)
   rl.max_len = 4096 + 8192
   rl.micro_batch_size = 8             # multiple of the data axis (8 on TPU, 2 on GPU)
-  rl.proposer_estimator = "reinforce" # paper: proposer REINFORCE (n=1)
-  rl.solver_estimator = "grpo"        # paper: solver GRPO (n=5)
-  rl.update_schedule = "proposer_then_solver"   # original: proposer update (1 optimizer step),
+  rl.roles.proposer.estimator = "reinforce"  # paper: proposer REINFORCE (n=1)
+  rl.roles.solver.estimator = "grpo"         # paper: solver GRPO (n=5)
+  rl.update_schedule = "by_role"      # original: proposer update (1 optimizer step),
                                       # then the solver's (2) with old log-probs recomputed;
                                       # LR schedule steps once per update call
   rl.loss_agg = "seq-mean-token-mean"  # original: veRL's loss with one sequence per micro-batch

@@ -148,6 +148,7 @@ def compile_train_step(mcfg, cfg, sharder, seq, length_mix=""):
              "loss_mask": _sds((K, m, seq), jnp.float32, bsh["loss_mask"]),
              "old_logp": _sds((K, m, seq), jnp.float32, bsh["old_logp"]),
              "advantages": _sds((K, m), jnp.float32, bsh["advantages"]),
+             "loss_weight": _sds((K, m), jnp.float32, bsh["loss_weight"]),
              "role": _sds((K, m), jnp.int32, bsh["role"]),
              "prompt": _sds((K, m), jnp.int32, bsh["prompt"])}
   step = learner_lib.make_train_step(mcfg, sc, tx, sharder, shardings, with_ref=with_ref,

@@ -2,8 +2,8 @@
 
 Weights: each GGUF tensor is dequantized by `gguf.quants.dequantize` on demand, which gives it
 the HF layout (`blk.3.attn_q.weight` [N*H, D] is `model.layers.3.self_attn.q_proj.weight`), so
-the HF mapping table of `models/hf_io.py` builds the params. llama.cpp's converter permutes the
-rows of LLaMA's Q and K projections (it turns HF's "rotate halves" rope into GGML's interleaved
+the HF mapping table of `models/hf_mapping.py` builds the params. llama.cpp's converter permutes
+the rows of LLaMA's Q and K projections (it turns HF's "rotate halves" rope into GGML's interleaved
 rope); `unpermute_qk` undoes that. Qwen2/Qwen3 files are stored unpermuted (NeoX rope).
 
 Tokenizer: the file stores vocabulary, merges, token types, special ids and the chat template as

@@ -11,7 +11,7 @@ CFG = models.ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, nu
 
 
 def rl_cfg(**kw):
-  c = rl_config.get_rl_config()
+  c = rl_config.get_rl_config(roles={"proposer": "reinforce", "solver": "grpo"})
   c.compute_dtype = "float32"
   c.ref_dtype = "float32"
   c.micro_batch_size = 2
@@ -44,3 +44,13 @@ def make_batch(n=6, seed=0, bucket=16):
   prompt = [0] + [1 + (i - 1) // 2 for i in range(1, n)]
   return batch_lib.make_batch(trajectories(n, seed), rng.normal(size=n), roles,
                               prompt_index=prompt, bucket=bucket)
+
+
+def step_rows(rl, game, out, bucket=64, max_len=2048):
+  """(training batch, advantages [N]) of a game's StepOutput `out`, as the training loop makes
+  them (`game`: the game's module or object, with ROLES)."""
+  from ssp_jax.rl.roles import RoleTable
+  from ssp_jax.rl.schedule import step_batch
+  table = RoleTable.from_config(rl, game.ROLES)
+  return step_batch(table, out.trajectories, out.rewards, out.roles, out.prompt_index,
+                    bucket=bucket, max_len=max_len)

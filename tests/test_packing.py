@@ -37,8 +37,9 @@ def _batch(lengths, seed=0, bucket=8):
   rng = np.random.default_rng(seed + 1)
   roles = [0] + [1] * (n - 1)
   prompt = [0] + [1 + (i - 1) // 3 for i in range(1, n)]   # groups of 3 solver rows
+  weights = [0.7] + [1.3] * (n - 1)                        # role loss weights
   return batch_lib.make_batch(_trajs(lengths, seed), rng.normal(size=n), roles,
-                              prompt_index=prompt, bucket=bucket)
+                              prompt_index=prompt, loss_weights=weights, bucket=bucket)
 
 
 LENGTHS = [40, 6, 12, 3, 25, 9, 4, 30, 7, 5]
@@ -185,7 +186,7 @@ def _padded_and_packed(agg, row_len=48):
   pb, placements, _ = pack_lib.pack_batch(b, row_len, max_segments=8)
   pb = batch_lib.pad_rows(pb, pack_lib.micro_batches_bucket(pb["tokens"].shape[0], 2))
   sc = learner_lib.StepConfig(compute_dtype="float32", logprob_chunk=8, loss_agg=agg,
-                              kl_coef=0.1, role_weights=(0.7, 1.3), micro_batch_size=2,
+                              kl_coef=0.1, micro_batch_size=2,
                               remat="none", entropy_coef=0.01)
   return b, padded, pb, placements, sc
 
@@ -226,7 +227,8 @@ def test_packed_and_padded_loss_and_gradients_are_equal(agg):
         params, ref, mb)
 
   g_pad, m_pad = grads({k: padded[k] for k in
-                        ("tokens", "loss_mask", "old_logp", "advantages", "role", "prompt")})
+                        ("tokens", "loss_mask", "old_logp", "advantages", "loss_weight", "role",
+                         "prompt")})
   g_pk, m_pk = grads(pb)
   for k in m_pad:
     assert float(m_pk[k]) == pytest.approx(float(m_pad[k]), rel=1e-4, abs=1e-6), k

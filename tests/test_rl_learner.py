@@ -13,6 +13,8 @@ from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl import learner as learner_lib
 from ssp_jax.rl import losses
 from ssp_jax.rl import train_state as ts
+from ssp_jax.rl.config import check_rl_config
+from ssp_jax.rl.registry import RLConfigError
 from ssp_jax.types import Trajectory
 
 from rl_helpers import CFG, make_batch, rl_cfg  # noqa: E402
@@ -162,10 +164,26 @@ def test_nonfinite_update_is_skipped_and_counted():
 
 
 def test_config_errors_name_the_field():
-  with pytest.raises(ValueError, match="rl.remat"):
-    learner_lib.StepConfig.from_config(rl_cfg(remat="some"))
-  with pytest.raises(KeyError, match="kl_type"):
-    learner_lib.StepConfig.from_config(rl_cfg(kl_type="k9"))
+  """The `rl` section is checked in one place (`check_rl_config`, before any model is loaded)."""
+  roles = ("proposer", "solver")
+  check_rl_config(rl_cfg(), roles)
+  with pytest.raises(RLConfigError, match=r"^config\.rl\.remat='some' is unknown; known: "):
+    check_rl_config(rl_cfg(remat="some"), roles)
+  with pytest.raises(RLConfigError, match=r"^config\.rl\.kl_type='k9' is unknown; known: k1, "):
+    check_rl_config(rl_cfg(kl_type="k9"), roles)
+  with pytest.raises(RLConfigError, match=r"config\.rl\.compute_dtype='f32' is not a dtype"):
+    check_rl_config(rl_cfg(compute_dtype="f32"), roles)
+  with pytest.raises(RLConfigError, match=r"config\.rl\.update_schedule='solver_first'"):
+    check_rl_config(rl_cfg(update_schedule="solver_first"), roles)
+
+
+def test_learners_own_their_compiled_steps():
+  """No module-global cache: each learner compiles its own step variants and keeps them."""
+  assert not [k for k, v in vars(learner_lib).items() if isinstance(v, dict) and k.isupper()]
+  a, b = learner_lib.Learner(CFG, rl_cfg()), learner_lib.Learner(CFG, rl_cfg())
+  a.update(make_batch())
+  (key, fns), = a.steps._fns.items()          # one variant compiled, kept on the learner
+  assert a.steps.get(*key) is fns and not b.steps._fns
 
 
 # ---------------------------------------------------------------------------- checkpoints

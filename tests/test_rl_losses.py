@@ -9,6 +9,9 @@ import pytest
 from ssp_jax import rl
 from ssp_jax.rl import advantages as adv_lib
 from ssp_jax.rl import losses
+from ssp_jax.rl.config import get_rl_config
+from ssp_jax.rl.registry import RLConfigError
+from ssp_jax.rl.roles import RoleTable
 
 
 # ---------------------------------------------------------------------------- advantages
@@ -51,16 +54,25 @@ def test_reinforce_and_rloo():
   np.testing.assert_allclose(rl.rloo_advantages(r, g), [1.0, -0.5, -0.5, 0.5], rtol=1e-6)
 
 
-def test_role_advantages_uses_each_roles_estimator():
+def test_role_table_uses_each_roles_estimator_and_weight():
   r = np.array([0.6, 1.0, 0.0, 1.0, 0.0], np.float32)
   g = np.array([0, 0, 0, 1, 1])      # the proposer row's id collides with a solver group
-  role = np.array([0, 1, 1, 1, 1])
-  a = adv_lib.role_advantages(r, g, role, {0: "reinforce", 1: "grpo"})
+  rl_cfg = get_rl_config(roles={"proposer": "reinforce", "solver": "grpo"})
+  rl_cfg.roles.solver.loss_weight = 0.5
+  table = RoleTable.from_config(rl_cfg, ("proposer", "solver"))
+  ids = table.ids(["proposer"] + ["solver"] * 4)
+  assert ids.tolist() == [0, 1, 1, 1, 1]
+  a = table.advantages(r, g, ids)
   assert a[0] == pytest.approx(0.6)   # not mixed into the solver group 0
   s = math.sqrt(0.5)
   np.testing.assert_allclose(a[1:], np.array([0.5, -0.5, 0.5, -0.5]) / (s + 1e-6), rtol=1e-6)
-  with pytest.raises(KeyError, match="role 1"):
-    adv_lib.role_advantages(r, g, role, {0: "grpo"})
+  assert table.loss_weights(ids).tolist() == [1.0, 0.5, 0.5, 0.5, 0.5]
+  with pytest.raises(RLConfigError, match="role 'judge', which the game did not declare"):
+    table.ids(["judge"])
+  # a game's third role is data: its own name, estimator and weight
+  three = RoleTable.from_config(get_rl_config(roles={"a": "grpo", "b": "rloo", "c": "reinforce"}),
+                                ("c", "b", "a"))
+  assert [x.estimator for x in three.roles] == ["reinforce", "rloo", "grpo"]
   with pytest.raises(KeyError, match="known: grpo, reinforce, rloo"):
     adv_lib.compute_advantages("gae", r, g)
 

@@ -1,13 +1,17 @@
-"""`rl.update_schedule`: the fused update against the original's proposer-then-solver calls, on
-a tiny model with an SSP-shaped batch (proposer prompts of 1 row, solver prompts of 2 rows)."""
+"""`rl.update_schedule`: the fused update against the original's proposer-then-solver calls
+("by_role" in SSP's update order), on a tiny model with an SSP-shaped batch (proposer prompts of
+1 row, solver prompts of 2 rows)."""
 import jax
 import numpy as np
 import pytest
 
 from rl_helpers import CFG, rl_cfg, trajectories
 from ssp_jax.rl import batch as batch_lib
+from ssp_jax.rl import train_state as ts
 from ssp_jax.rl.learner import Learner
-from ssp_jax.ssp.trainer import run_updates
+from ssp_jax.rl.roles import RoleTable
+from ssp_jax.rl.schedule import run_updates as run_table_updates
+from ssp_jax.ssp import game as ssp_game
 
 P, S, N = 4, 4, 2          # proposer prompts, solver prompts, solver rows per prompt
 LR, WARMUP = 1e-2, 5
@@ -21,6 +25,12 @@ def ssp_batch():
   adv = np.random.default_rng(3).normal(size=n)
   return batch_lib.make_batch(trajectories(n, seed=4), adv, roles, prompt_index=prompt,
                               bucket=16)
+
+
+def run_updates(learner, batch, schedule):
+  """The training loop's call with SSP's roles and update order."""
+  table = RoleTable.from_config(learner.rl, ssp_game.ROLES)
+  return run_table_updates(learner, batch, schedule, table, ssp_game.UPDATE_ORDER)
 
 
 class RecordingLearner(Learner):
@@ -51,16 +61,16 @@ def test_optimizer_steps_per_role_and_lr_once_per_call():
   # 8 prompts / mini-batch 2 = 4 steps (P, P, S, S); the LR schedule steps per optimizer step
   assert len(ups) == 4 and int(fused.state["step"]) == 4
   assert [u["lr"] for u in ups] == pytest.approx([LR * k / WARMUP for k in (1, 2, 3, 4)])
-  assert fused._schedule_count() == 4
+  assert ts.schedule_count(fused.state) == 4
   seq = make()
-  ups = run_updates(seq, batch, "proposer_then_solver")
+  ups = run_updates(seq, batch, "by_role")
   # veRL mini-batch = 2 prompts x 2 rows = 4 rows: proposer 4 rows -> 1 step, solver 8 -> 2
   assert [("proposer" if "role_proposer" in u else "solver") for u in ups] == \
       ["proposer", "solver", "solver"]
   assert int(seq.state["step"]) == 3
   # one LR-schedule step per update call: lr/5 for the proposer, 2 lr/5 for both solver steps
   assert [u["lr"] for u in ups] == pytest.approx([LR / WARMUP] + [2 * LR / WARMUP] * 2)
-  assert seq._schedule_count() == 2
+  assert ts.schedule_count(seq.state) == 2
   # Adam's own step count (bias correction) still counts optimizer steps
   adam = [x for x in jax.tree.leaves(seq.state["opt_state"],
                                      is_leaf=lambda x: hasattr(x, "mu")) if hasattr(x, "mu")]
@@ -76,7 +86,7 @@ def test_solver_old_logprobs_come_after_the_proposer_update():
   seq = make(RecordingLearner, pack=False, fuse_old_logp=False)
   initial = seq.logprobs(batch)
   seq.seen.clear()
-  ups = run_updates(seq, batch, "proposer_then_solver")
+  ups = run_updates(seq, batch, "by_role")
   # one pass per mini-batch: the proposer's before any step, both solver ones after its step
   assert [step for step, _ in seq.seen] == [0, 1, 1]
   solver_old = seq.seen[1][1]            # solver mini-batch 1: its first 2 prompts (4 rows)

@@ -14,7 +14,6 @@ import pytest
 from ssp_jax.rl.advantages import grpo_advantages
 from ssp_jax.rl.config import get_rl_config
 from ssp_jax.rl.learner import Learner
-from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rollout import RolloutEngine, get_rollout_config
 from ssp_jax.search_r1 import data
 from ssp_jax.search_r1.config import base_run_config, get_search_r1_config
@@ -27,6 +26,8 @@ from ssp_jax.testing.small_retriever import SmallBM25Retriever
 from ssp_jax.testing.tiny_checkpoint import load_params, make_tiny_checkpoint
 from ssp_jax.tokenizer import load_tokenizer
 from ssp_jax.types import Trajectory
+
+from rl_helpers import step_rows
 
 QUESTIONS = [
     {"id": "q0", "question": "Who wrote Moby-Dick?", "golden_answers": ["Herman Melville"],
@@ -119,7 +120,7 @@ def tiny(tmp_path_factory):
   rc.update(batch_size=8, max_prompt_tokens=512, max_response_tokens=24, cache_min_len=64,
             steps_per_call=16, dtype="float32", cache_dtype="float32", max_obs_tokens=48, topk=2)
   retriever = SmallBM25Retriever()
-  rl = get_rl_config()
+  rl = get_rl_config(roles={"solver": "grpo"})
   rl.update(compute_dtype="float32", ref_dtype="float32", micro_batch_size=2, mini_batch_size=64,
             lr=1e-3, logprob_chunk=64, remat="none", max_len=1024, bucket=64)
   return dict(cfg=cfg, params=params, tok=tok, retriever=retriever, rl=rl,
@@ -149,7 +150,8 @@ def test_step_with_the_real_engine_matches_ssp_solver(tiny):
                                                     spam_max_tags=10)[0]
     assert len(t.response_ids) == len(t.loss_mask) == len(t.logprobs) > 0
   r = np.asarray([t.meta["reward"] for t in out.trajectories], np.float32)
-  np.testing.assert_allclose(out.advantages, grpo_advantages(r, out.prompt_index), atol=1e-6)
+  batch, adv = step_rows(tiny["rl"], game, out, max_len=1024)
+  np.testing.assert_allclose(adv, grpo_advantages(r, out.prompt_index), atol=1e-6)
   m = out.metrics
   for k in ("solver/reward_mean", "solver/solve_rate_mean", "solver/searches_mean",
             "solver/response_len", "solver/all_same_rate", "search/failed_rate",
@@ -163,8 +165,6 @@ def test_step_with_the_real_engine_matches_ssp_solver(tiny):
   # the same step again draws the same questions; the next step other ones
   assert game.questions_of(0) == qs and len(game.questions_of(1)) == 2
   # the learner trains on it
-  batch = batch_lib.make_batch(out.trajectories, out.advantages, out.roles,
-                               prompt_index=out.prompt_index, bucket=64, max_len=1024)
   learner = Learner(tiny["cfg"], tiny["rl"], params=tiny["params"])
   metrics = learner.update(batch)
   assert metrics and all(np.isfinite(v) for mm in metrics for v in mm.values())
@@ -212,7 +212,7 @@ def test_rewards_advantages_and_metrics_of_known_answers(tiny):
        for k, q in enumerate(order)}
   assert r == {qs[0].question: [1.0, 0.0], qs[1].question: [1.0, 1.0],
                qs[2].question: [0.0, 0.0]}
-  adv = out.advantages.reshape(3, 2)
+  adv = step_rows(tiny["rl"], game, out)[1].reshape(3, 2)
   k0 = order.index(qs[0].question)
   assert adv[k0, 0] > 0 > adv[k0, 1]
   assert np.all(np.delete(adv, k0, axis=0) == 0)

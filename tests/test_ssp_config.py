@@ -45,7 +45,7 @@ def test_tiny_is_valid_and_paper_config_has_the_table(tmp_path):
   c = CL.load_config_file(f"{PAPER}:gpu,root={tmp_path}")
   assert (c.rl.lr, c.rl.warmup_steps, c.rl.kl_coef, c.rl.mini_batch_size) == (1e-6, 5, 0.01, 128)
   assert (c.ssp.batch_size, c.ssp.proposer_n, c.ssp.solver_n) == (256, 1, 5)
-  assert (c.rl.proposer_estimator, c.rl.solver_estimator) == ("reinforce", "grpo")
+  assert (c.rl.roles.proposer.estimator, c.rl.roles.solver.estimator) == ("reinforce", "grpo")
   assert (c.rollout.max_prompt_tokens, c.rollout.max_response_tokens) == (4096, 8192)
   assert (c.rollout.temperature, c.rollout.topk, c.rollout.max_searches) == (1.0, 3, 10)
   assert (c.ssp.fill.strategy, c.ssp.fill.reset_every, c.ssp.rag.noise_docs) == ("replay", 10, 4)
@@ -62,7 +62,7 @@ def test_paper_config_uses_the_external_judge_and_the_original_schedule(tmp_path
   assert (c.ssp.rag.verifier, c.ssp.judge.source) == (judge, judge)
   assert c.ssp.rag.use_judge is True and c.eval.judge == "ssp"
   assert c.ssp.reward.solver == "em_then_judge" and c.ssp.reward.spam_max_tags == 10
-  assert c.rl.update_schedule == "proposer_then_solver"
+  assert c.rl.update_schedule == "by_role"     # proposer, then solver (ssp.game.UPDATE_ORDER)
   assert c.rollout.max_obs_tokens == 0          # the original splices observations uncut
 
 

@@ -11,7 +11,6 @@ import jax
 import numpy as np
 import pytest
 
-from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl.advantages import grpo_advantages
 from ssp_jax.rl.config import get_rl_config
 from ssp_jax.rl.learner import Learner
@@ -29,6 +28,8 @@ from ssp_jax.testing.small_retriever import SmallBM25Retriever
 from ssp_jax.testing.tiny_checkpoint import load_params, make_tiny_checkpoint
 from ssp_jax.tokenizer import load_tokenizer
 from ssp_jax.types import Trajectory
+
+from rl_helpers import step_rows
 
 ANSWERS = [AnswerItem("Herman Melville", 2), AnswerItem("Edinburgh", 2),
            AnswerItem("Warsaw", 2)]
@@ -108,7 +109,7 @@ def world(tmp_path_factory):
             steps_per_call=16, dtype="float32", cache_dtype="float32", max_obs_tokens=64, topk=2)
   retriever = SmallBM25Retriever()
   engine = ScriptedProposer(RolloutEngine(cfg, tok, rc, retriever), tok, retriever)
-  rl = get_rl_config()
+  rl = get_rl_config(roles={G.PROPOSER: "reinforce", G.SOLVER: "grpo"})
   rl.update(compute_dtype="float32", ref_dtype="float32", micro_batch_size=2, mini_batch_size=64,
             lr=1e-3, logprob_chunk=64, remat="none", max_len=2048, bucket=64)
   return dict(cfg=cfg, params=params, tok=tok, engine=engine, rl=rl)
@@ -154,13 +155,11 @@ def test_whole_step_trajectories_rewards_masks_and_update(world):
       assert s["proposer_reward"] == pytest.approx(1 - s["solve_rate"])
       assert s["documents"] and s["searches"]
   prop_r = [p["proposer_reward"] for p in proposals]
-  np.testing.assert_allclose(out.advantages[:3], prop_r)
-  np.testing.assert_allclose(out.advantages[3:],
-                             grpo_advantages(np.asarray(r, np.float32),
-                                             np.asarray(problems)), atol=1e-6)
+  batch, adv = step_rows(world["rl"], G, out)
+  np.testing.assert_allclose(adv[:3], prop_r)
+  np.testing.assert_allclose(adv[3:], grpo_advantages(np.asarray(r, np.float32),
+                                                      np.asarray(problems)), atol=1e-6)
   # masks: observation tokens of the proposer never reach the loss
-  batch = batch_lib.make_batch(out.trajectories, out.advantages, out.roles,
-                               prompt_index=out.prompt_index, bucket=64, max_len=2048)
   for row, t in enumerate(out.trajectories):
     assert batch["loss_mask"][row].sum() == sum(t.loss_mask)
   assert sum(out.trajectories[0].loss_mask) < len(out.trajectories[0].response_ids)
@@ -231,12 +230,12 @@ def test_resample_strategy_and_grpo_proposer(world):
   assert [s["proposer_reward"] for s in samples if not s["trained"]] == [None]
   # GRPO for the proposer (paper B.5): 2 proposals per answer form a group
   rl = world["rl"].copy_and_resolve_references()
-  rl.proposer_estimator = "grpo"
+  rl.roles.proposer.estimator = "grpo"
   game = G.SSPGame(ssp_cfg(proposer_n=2), rl, eng, ANSWERS, verifier=OracleReader(eng))
   out = game.play(world["params"], 0, jax.random.PRNGKey(6))
   prop = out.roles == G.PROPOSER
   assert prop.sum() == 6 and list(out.prompt_index[prop]) == [0, 0, 1, 1, 2, 2]
-  adv = out.advantages[prop].reshape(3, 2)
+  adv = step_rows(rl, G, out)[1][prop].reshape(3, 2)
   np.testing.assert_allclose(adv.sum(axis=1), 0.0, atol=1e-5)   # group-normalised
 
 

@@ -142,7 +142,7 @@ def test_tiny_config_end_to_end_subprocess(tmp_path):
   check_outputs(workdir, 2)
 
 
-def test_train_with_endpoint_judge_and_proposer_then_solver(assets, tmp_path):
+def test_train_with_endpoint_judge_and_by_role_updates(assets, tmp_path):
   """The paper config's switches through the real CLI: verifier and judge behind an endpoint
   URL (a local HTTP stub), rag.use_judge, and the original's update schedule."""
   from ssp_jax.testing.chat_stub import ChatStub
@@ -152,7 +152,7 @@ def test_train_with_endpoint_judge_and_proposer_then_solver(assets, tmp_path):
         f"--config.ssp.judge.source={stub.url}", f"--config.ssp.rag.verifier={stub.url}",
         "--config.ssp.judge.model=served-judge", "--config.ssp.rag.use_judge=true",
         "--config.ssp.reward.solver=em_then_judge",
-        "--config.rl.update_schedule=proposer_then_solver"]
+        "--config.rl.update_schedule=by_role"]
     assert cli.main(args) == 0
   check_outputs(workdir, 1)
   row = read_metrics(workdir)[0]

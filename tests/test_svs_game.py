@@ -19,6 +19,8 @@ from ssp_jax.svs import prompts as P
 from ssp_jax.svs.data import MathProblem, ProblemIterator
 from ssp_jax.types import Trajectory
 
+from rl_helpers import step_rows
+
 # n = 4 solutions a problem; "[c=K]" in a problem = K of its 4 solutions are correct.
 PROBLEMS = [
     MathProblem("P0", "[c=0] (P0) What is 10 + 1?", "11"),   # p = 0: not selected, not trained
@@ -164,25 +166,27 @@ def test_step_selection_training_sets_and_rewards():
   spa_acc = [np.mean([t.meta["reward"] for t in spa[i:i + 4]]) for i in range(0, 16, 4)]
   assert spa_acc == [0.25, 0.75, 0.5, 0.5]
   assert m["spa/problems"] == 6 and m["vps/reward_mean"] == pytest.approx(3 / 9)
-  assert out.roles.tolist() == [G.SOLVER] * 12 + [G.PROPOSER] * 6 + [G.SOLVER] * 16
+  assert out.roles.tolist() == [G.SOLVER] * 12 + [G.SYNTHESIZER] * 6 + [G.SOLVER] * 16
   assert m["batch/oqa_rows"] == 12 and m["batch/vps_rows"] == 6 and m["batch/spa_rows"] == 16
 
 
 def test_vps_rewards_of_the_trained_groups():
   game, _ = make_game()
   out = play(game)
-  vps = np.flatnonzero(out.roles == G.PROPOSER)
+  adv = step_rows(game.rl, G, out)[1]
+  vps = np.flatnonzero(out.roles == G.SYNTHESIZER)
   groups = out.prompt_index[vps]
   rewards = {}
   for g in np.unique(groups):
     rows = vps[groups == g]
-    rewards[int(g)] = [1.0 if out.advantages[r] > 0 else 0.0 for r in rows]
+    rewards[int(g)] = [1.0 if adv[r] > 0 else 0.0 for r in rows]
   assert sorted(map(sorted, rewards.values())) == [[0.0, 0.0, 1.0], [0.0, 1.0, 1.0]]
 
 
 def test_group_ids_never_mix_and_advantages_are_per_group():
   game, _ = make_game()
   out = play(game)
+  adv = step_rows(game.rl, G, out)[1]
   g = out.prompt_index
   # each group is one contiguous block of one section and one role, of the section's size
   secs = _sections(out)
@@ -200,15 +204,15 @@ def test_group_ids_never_mix_and_advantages_are_per_group():
     if secs[s] == "vps":
       continue        # VPS rows carry the VPS reward, checked above
     alone = grpo_advantages(rewards[block], np.zeros(size, np.int32))
-    np.testing.assert_allclose(out.advantages[block], alone, rtol=1e-6)
-    assert abs(out.advantages[block].sum()) < 1e-5
+    np.testing.assert_allclose(adv[block], alone, rtol=1e-6)
+    assert abs(adv[block].sum()) < 1e-5
 
 
 def test_skip_when_nothing_is_under_performing():
   easy = [p for p in PROBLEMS if p.id in ("P0", "P3", "P4")]
   game, llm = make_game(problems=easy, batch_size=3)
   out = play(game)
-  assert out.trajectories == [] and out.advantages.size == 0
+  assert out.trajectories == [] and out.rewards.size == 0
   assert out.metrics["svs/skipped"] == 1.0 and out.metrics["svs/skipped_total"] == 1.0
   assert llm.calls == [("solve", 12)]                  # no synthesis, no SPA
   assert out.samples and out.samples[0]["kind"] == "problem"
@@ -245,7 +249,7 @@ def test_step_is_skipped_when_no_synthetic_problem_is_extracted():
     out = play(game)
   assert out.metrics["svs/skipped"] == 1.0 and out.metrics["svs/skipped_no_synthesis"] == 1.0
   assert out.metrics["svs/skipped_total"] == 1.0 and out.metrics["vps/valid_rate"] == 0.0
-  assert out.trajectories == [] and len(out.advantages) == 0
+  assert out.trajectories == [] and len(out.rewards) == 0
   assert [c[0] for c in llm.calls] == ["solve", "synth"]     # no SPA rollouts
   # the option keeps training the OQA groups of the same step
   with unittest.mock.patch.dict(SYNTH, no_block):

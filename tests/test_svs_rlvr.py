@@ -11,6 +11,8 @@ from ssp_jax.svs import config as svs_config
 from ssp_jax.svs import game as G
 from test_svs_game import PROBLEMS, make_game, play
 
+from rl_helpers import step_rows
+
 
 def test_default_keeps_synthesis_on():
   assert svs_config.get_svs_config().synthesis is True
@@ -19,6 +21,7 @@ def test_default_keeps_synthesis_on():
 def test_rlvr_trains_every_group_with_signal_and_synthesises_nothing():
   game, llm = make_game(synthesis=False)
   out = play(game)
+  adv = step_rows(game.rl, G, out)[1]
   m = out.metrics
   assert llm.calls == [("solve", 20)]                       # OQA only
   # P1 (1/4), P2 (2/4) and P4 (3/4) have a signal; P0 (0/4) and P3 (4/4) do not
@@ -28,7 +31,7 @@ def test_rlvr_trains_every_group_with_signal_and_synthesises_nothing():
   assert m["svs/skipped"] == 0.0 and m["oqa/train_groups"] == 3 and m["batch/oqa_rows"] == 12
   assert not any(k.startswith(("vps/", "spa/")) for k in m)
   for g in np.unique(out.prompt_index):                      # GRPO: zero-mean per group
-    assert abs(out.advantages[out.prompt_index == g].sum()) < 1e-5
+    assert abs(adv[out.prompt_index == g].sum()) < 1e-5
 
 
 def test_rlvr_trains_a_step_svs_would_skip():

@@ -146,6 +146,10 @@ def test_warmstart_values_checked_when_enabled():
     ("--config.rl.lr=-1e-3", "rl.lr"),
     ("--config.rollout.temperature=-1", "rollout.temperature"),
     ("--config.rl.temperature=0", "rl.temperature"),
+    # choices and roles: before this check they failed only after the model load (loss_agg)
+    ("--config.rl.loss_agg=token-meen", "rl.loss_agg"),
+    ("--config.rl.kl_type=k9", "rl.kl_type"),
+    ("--config.rl.roles.solver.estimator=grp", "rl.roles.solver.estimator"),
 ])
 def test_cli_exits_2_in_one_line_before_loading_a_model(tmp_path, override, field, capsys,
                                                         monkeypatch):
@@ -157,21 +161,51 @@ def test_cli_exits_2_in_one_line_before_loading_a_model(tmp_path, override, fiel
   assert not workdir.exists()                   # nothing prepared, no model loaded
 
 
-def test_cli_subprocess_returns_in_seconds(tmp_path):
+@pytest.mark.parametrize("override,want", [
+    ("--config.rl.lr=-1e-3", ("config.rl.lr=-0.001", "0 <= lr")),
+    # a typo in a choice: it used to pass validation and fail after the model load
+    ("--config.rl.loss_agg=token-meen", ("config.rl.loss_agg='token-meen' is unknown",
+                                         "seq-mean-token-mean, seq-mean-token-sum, token-mean")),
+])
+def test_cli_subprocess_returns_in_seconds(tmp_path, override, want):
   """The user's view: `python -m ssp_jax train ... --config.rl.lr=-1e-3` returns exit 2 with one
-  line naming rl.lr, in the time of the imports (a model load takes far longer)."""
+  line naming the field, in the time of the imports (a model load takes far longer)."""
   env = {**os.environ, "PYTHONPATH": REPO}
   env.pop("SSP_JAX_DEBUG", None)
   t0 = time.monotonic()
   r = subprocess.run([sys.executable, "-m", "ssp_jax", "train", "--config", TINY,
-                      f"--config.workdir={tmp_path / 'never'}", "--config.rl.lr=-1e-3"],
+                      f"--config.workdir={tmp_path / 'never'}", override],
                      capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
   elapsed = time.monotonic() - t0
   lines = [l for l in r.stderr.splitlines() if l.strip()]
   assert r.returncode == 2 and len(lines) == 1, r.stderr
-  assert "config.rl.lr=-0.001" in lines[0] and "0 <= lr" in lines[0]
+  assert all(w in lines[0] for w in want), lines[0]
   assert elapsed < 30, elapsed            # imports only: no model, no index, no warm start
   assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("path,roles", [(TINY, "proposer, solver"),
+                                        (SVS_TINY, "solver, synthesizer")], ids=["ssp", "svs"])
+def test_roles_are_checked_against_the_games_roles(path, roles):
+  """Each game declares its roles; `rl.roles` must name exactly those, each with a known
+  estimator, in one line naming the field."""
+  config = _overridden(path, [])
+  config.rl.roles.judge = {"estimator": "grpo", "loss_weight": 1.0}
+  with pytest.raises(ConfigError, match=rf"^config\.rl\.roles\.judge is not a role of this "
+                                        rf"game; its roles are {roles}$"):
+    _validator(config)(config)
+  config = _overridden(path, [])
+  missing = next(iter(config.rl.roles.keys()))
+  del config.rl.roles[missing]
+  with pytest.raises(ConfigError, match=rf"config\.rl\.roles has no entry for role '{missing}'"):
+    _validator(config)(config)
+  config = _overridden(path, [("rl.roles.solver.loss_weight", "-1")])
+  with pytest.raises(ConfigError, match=r"config\.rl\.roles\.solver\.loss_weight=-1.0 must be"):
+    _validator(config)(config)
+  config = _overridden(path, [("rl.roles.solver.estimator", "gae")])
+  with pytest.raises(ConfigError, match=r"config\.rl\.roles\.solver\.estimator='gae' is "
+                                        r"unknown; known: grpo, reinforce, rloo"):
+    _validator(config)(config)
 
 
 def test_total_steps_zero_prepares_only_and_negative_is_refused():

@@ -94,23 +94,3 @@ def compute_advantages(name: str, rewards: Any, group_ids: Any, **kwargs) -> Any
     kwargs.pop("std_normalize", None)
     kwargs.pop("eps", None)
   return fn(rewards, group_ids, **kwargs)
-
-
-def role_advantages(rewards: Any, group_ids: Any, roles: Any,
-                    estimators: dict[int, str], **kwargs) -> np.ndarray:
-  """Advantages [N] for a batch mixing roles, each role with its own estimator.
-
-  roles: int [N]; estimators: role id -> estimator name (e.g. {0: "reinforce", 1: "grpo"}).
-  Groups never span roles (ids are taken per role). Numpy in, numpy out.
-  """
-  r_N = np.asarray(rewards, np.float32)
-  g_N = np.asarray(group_ids)
-  role_N = np.asarray(roles)
-  out = np.zeros_like(r_N)
-  for role in np.unique(role_N):
-    if int(role) not in estimators:
-      raise KeyError(f"role {int(role)} has no advantage estimator; set it in the rl config "
-                     f"(known roles: {sorted(estimators)})")
-    sel = role_N == role
-    out[sel] = np.asarray(compute_advantages(estimators[int(role)], r_N[sel], g_N[sel], **kwargs))
-  return out

@@ -7,7 +7,8 @@ A batch is a dict of numpy arrays:
   old_logp    float32 [N, T]  behaviour log-prob of tokens[n, t] given tokens[n, :t] (aligned to
                               the token it scores; 0 where loss_mask is 0)
   advantages  float32 [N]
-  role        int32   [N]     role id per sequence (e.g. 0 proposer, 1 solver)
+  loss_weight float32 [N]     the role's loss weight (`rl.roles.<name>.loss_weight`; 0 on padding)
+  role        int32   [N]     role id per sequence (its index in the game's declared roles)
   prompt      int32   [N]     index of the prompt a row belongs to (mini-batches keep a prompt's
                               rows together); -1 on padding rows
   length      int32   [N]     tokens of the row before padding (host only: the packer reads it)
@@ -28,7 +29,7 @@ import numpy as np
 from ssp_jax.types import Trajectory
 
 Batch = dict[str, np.ndarray]
-ROW_KEYS = ("advantages", "role", "prompt", "length")
+ROW_KEYS = ("advantages", "loss_weight", "role", "prompt", "length")
 
 
 def bucket_length(n: int, bucket: int = 128, max_len: Optional[int] = None) -> int:
@@ -58,11 +59,13 @@ def _row(traj: Trajectory, T: int, pad_id: int):
 
 def make_batch(trajectories: Sequence[Trajectory], advantages: Sequence[float],
                roles: Sequence[int], *, prompt_index: Optional[Sequence[int]] = None,
-               bucket: int = 128, max_len: Optional[int] = None, pad_id: int = 0) -> Batch:
+               loss_weights: Optional[Sequence[float]] = None, bucket: int = 128,
+               max_len: Optional[int] = None, pad_id: int = 0) -> Batch:
   """Pads trajectories into one batch (see the module docstring for the fields).
 
   Sequences longer than `max_len` lose their tail (a warning names how many); a prompt longer
-  than `max_len` leaves a row with no loss tokens. `prompt_index` defaults to one prompt per row.
+  than `max_len` leaves a row with no loss tokens. `prompt_index` defaults to one prompt per row,
+  `loss_weights` (each row's role loss weight, `ssp_jax.rl.roles.RoleTable.loss_weights`) to 1.
   """
   n = len(trajectories)
   if len(advantages) != n or len(roles) != n:
@@ -79,6 +82,8 @@ def make_batch(trajectories: Sequence[Trajectory], advantages: Sequence[float],
       "loss_mask": np.stack([r[1] for r in rows]) if rows else np.zeros((0, T), np.float32),
       "old_logp": np.stack([r[2] for r in rows]) if rows else np.zeros((0, T), np.float32),
       "advantages": np.asarray(advantages, np.float32).reshape(n),
+      "loss_weight": (np.ones(n, np.float32) if loss_weights is None
+                      else np.asarray(loss_weights, np.float32).reshape(n)),
       "role": np.asarray(roles, np.int32).reshape(n),
       "prompt": (np.arange(n, dtype=np.int32) if prompt_index is None
                  else np.asarray(prompt_index, np.int32).reshape(n)),

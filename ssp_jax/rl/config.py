@@ -8,16 +8,21 @@ and override with `--config.rl.lr=2e-6`.
 """
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import ml_collections
 
-# Role ids used in batches (`batch["role"]`) and in `role_loss_weights`.
-ROLES = ("proposer", "solver")
-ROLE_IDS = {name: i for i, name in enumerate(ROLES)}
-# How one step's batch becomes optimizer updates (`Learner.update` / `Learner.update_by_role`).
-UPDATE_SCHEDULES = ("fused", "proposer_then_solver")
+from ssp_jax.rl.registry import RLConfigError
+from ssp_jax.rl.roles import check_roles, roles_config
+
+# How one step's batch becomes optimizer updates (`ssp_jax.rl.schedule.run_updates`).
+UPDATE_SCHEDULES = ("fused", "by_role")
+ATTN_IMPLS = ("xla", "cudnn", "auto")   # models.decoder.hidden_states
 
 
-def get_rl_config() -> ml_collections.ConfigDict:
+def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.ConfigDict:
+  """The `rl` section; `roles` maps each of the game's role names to its advantage estimator
+  (the game's base config passes them, e.g. {"proposer": "reinforce", "solver": "grpo"})."""
   c = ml_collections.ConfigDict()
   # -- optimizer (optax AdamW) --------------------------------------------------------------
   c.lr = 1e-6                  # peak learning rate (veRL actor.optim.lr)
@@ -42,22 +47,19 @@ def get_rl_config() -> ml_collections.ConfigDict:
   c.entropy_coef = 0.0         # entropy bonus weight (entropy is always logged)
   c.temperature = 1.0          # logits / temperature before log-softmax (the sampler's T)
   # -- advantages -----------------------------------------------------------------------------
-  c.proposer_estimator = "reinforce"  # proposer: one sample per answer, A = raw reward
-  c.solver_estimator = "grpo"         # solver: group of rollout.n samples per question
+  c.roles = roles_config(**(roles or {}))  # {role: {estimator, loss_weight}} (ssp_jax.rl.roles)
   c.grpo_std_normalize = True  # False: mean-only A = r - mean_g (the paper's formula, Dr.GRPO)
   c.grpo_eps = 1e-6            # GRPO std epsilon
-  c.role_loss_weights = ml_collections.ConfigDict(
-      {name: 1.0 for name in ROLES})  # per-role multiplier of each sequence's loss weight
   # -- batching -------------------------------------------------------------------------------
-  c.update_schedule = "fused"  # "fused": one update call over both roles (one old-log-prob pass,
+  c.update_schedule = "fused"  # "fused": one update call over all roles (one old-log-prob pass,
                                # then ceil(prompts / mini_batch_size) optimizer steps, the LR
                                # schedule stepping per optimizer step) -- a difference from the
-                               # original. "proposer_then_solver": the original's two update
-                               # calls (proposer, then the solver with its old log-probs
-                               # recomputed after the proposer's update; each role's mini-batch
-                               # holds mini_batch_size x largest-group rows, veRL's
-                               # ppo_mini_batch_size x rollout.n; the LR schedule steps once per
-                               # call, veRL's lr_scheduler.step() in update_actor)
+                               # original. "by_role": one update call per role in the game's
+                               # update order (SSP: the original's proposer, then the solver with
+                               # its old log-probs recomputed after the proposer's update; each
+                               # role's mini-batch holds mini_batch_size x largest-group rows,
+                               # veRL's ppo_mini_batch_size x rollout.n; the LR schedule steps
+                               # once per call, veRL's lr_scheduler.step() in update_actor)
   c.mini_batch_size = 128      # prompts per optimizer update (256 prompts -> 2 updates)
   c.shuffle_mini_batches = False  # deal prompts to mini-batches in a seeded random order
   c.micro_batch_size = 8       # sequences per gradient-accumulation step, whole mesh (must be a
@@ -90,10 +92,12 @@ def get_rl_config() -> ml_collections.ConfigDict:
   return c
 
 
-def check_rl_config(c: ml_collections.ConfigDict) -> None:
-  """RangeError naming the first numeric field of the `rl` section out of its valid range (a
-  negative learning rate or clip, a zero batch or temperature would run, or give NaN losses,
-  without a word). Called by `ssp_jax.ssp.validate.check_sections` before any model is loaded."""
+def check_rl_config(c: ml_collections.ConfigDict, roles: Sequence[str]) -> None:
+  """The one check of the `rl` section, run by every game's validator before any model is
+  loaded: RangeError naming the first numeric field out of its valid range (a negative learning
+  rate or clip, a zero batch or temperature would run, or give NaN losses, without a word);
+  RLConfigError naming the first unknown choice (remat, kl_type, loss_agg, dtypes, attn_impl,
+  update_schedule) or bad `rl.roles` entry against the game's declared `roles`."""
   from ssp_jax.config_ranges import check_range
   r = lambda name, *a, **k: check_range("rl", c, name, *a, **k)
   r("lr", 0, note="0 = no update: the policy stays as loaded")
@@ -109,8 +113,6 @@ def check_rl_config(c: ml_collections.ConfigDict) -> None:
   r("kl_coef", 0, note="0 drops the reference model")
   r("temperature", 0, low_open=True, note="log-probs are log_softmax(logits / temperature)")
   r("grpo_eps", 0, low_open=True)
-  for role in ROLES:
-    check_range("rl", c.role_loss_weights, role, 0)
   r("mini_batch_size", 1)
   r("micro_batch_size", 1)
   r("bucket", 1)
@@ -120,3 +122,24 @@ def check_rl_config(c: ml_collections.ConfigDict) -> None:
   r("attn_chunk", 0, note="0 = one block")
   r("logprob_chunk", 1)
   r("max_nonfinite_steps", 1)
+  _check_choices(c)
+  check_roles(c.get("roles"), roles)
+
+
+def _check_choices(c: ml_collections.ConfigDict) -> None:
+  from models.decoder import REMAT_POLICIES
+  from ssp_jax.rl.registry import KL_PENALTIES, LOSS_AGGREGATIONS
+  choices = {"remat": tuple(REMAT_POLICIES), "kl_type": KL_PENALTIES.names(),
+             "loss_agg": LOSS_AGGREGATIONS.names(), "attn_impl": ATTN_IMPLS,
+             "update_schedule": UPDATE_SCHEDULES}
+  for name, known in choices.items():
+    if c.get(name) not in known:
+      raise RLConfigError(f"config.rl.{name}={c.get(name)!r} is unknown; known: "
+                          f"{', '.join(known)}")
+  import jax.numpy as jnp
+  for name in ("compute_dtype", "param_dtype", "ref_dtype"):
+    try:
+      jnp.dtype(c.get(name))
+    except TypeError:
+      raise RLConfigError(f"config.rl.{name}={c.get(name)!r} is not a dtype; use float32 or "
+                          "bfloat16") from None

@@ -9,6 +9,7 @@ A packed batch lays trajectories end to end in rows of `row_len` tokens:
                                context inside its segment; a prompt token in practice)
   old_logp     float32 [R, T]  as padded
   advantages   float32 [R, T]  the advantage of the token's trajectory (0 on padding)
+  loss_weight  float32 [R, T]  the role loss weight of the token's trajectory (0 on padding)
   role         int32   [R, T]  the role of the token's trajectory (0 on padding)
   segment_ids  int32   [R, T]  1, 2, ... per trajectory in the row, in order; 0 on padding
   positions    int32   [R, T]  0.. restarting in every segment (rope positions)
@@ -30,8 +31,8 @@ from typing import Sequence
 import numpy as np
 
 Batch = dict[str, np.ndarray]
-PACKED_KEYS = ("tokens", "loss_mask", "old_logp", "advantages", "role", "segment_ids",
-               "positions", "seq_tokens")
+PACKED_KEYS = ("tokens", "loss_mask", "old_logp", "advantages", "loss_weight", "role",
+               "segment_ids", "positions", "seq_tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +92,7 @@ def pack_batch(batch: Batch, row_len: int, *, max_segments: int = 64,
       "loss_mask": np.zeros((R, row_len), np.float32),
       "old_logp": np.zeros((R, row_len), np.float32),
       "advantages": np.zeros((R, row_len), np.float32),
+      "loss_weight": np.zeros((R, row_len), np.float32),
       "role": np.zeros((R, row_len), np.int32),
       "segment_ids": np.zeros((R, row_len), np.int32),
       "positions": np.zeros((R, row_len), np.int32),
@@ -108,6 +110,7 @@ def pack_batch(batch: Batch, row_len: int, *, max_segments: int = 64,
       out["loss_mask"][r, sl] = mask
       out["old_logp"][r, sl] = np.where(mask > 0, batch["old_logp"][s, :n], 0.0)
       out["advantages"][r, sl] = batch["advantages"][s]
+      out["loss_weight"][r, sl] = batch["loss_weight"][s]
       out["role"][r, sl] = batch["role"][s]
       out["segment_ids"][r, sl] = j + 1
       out["positions"][r, sl] = np.arange(n, dtype=np.int32)

@@ -7,6 +7,11 @@ from typing import Callable, Generic, TypeVar
 F = TypeVar("F", bound=Callable)
 
 
+class RLConfigError(ValueError):
+  """A bad `rl` field (an unknown choice, a bad role entry); the one-line message names it and
+  its valid values."""
+
+
 class Registry(Generic[F]):
   """A small named registry: `@REG.register("name")` then `REG.get("name")`."""
 

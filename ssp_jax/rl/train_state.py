@@ -131,3 +131,28 @@ def dtype_of(name: str):
 
 def host_scalars(state: TrainState) -> dict[str, int]:
   return {k: int(np.asarray(jax.device_get(state[k]))) for k in SCALAR_KEYS}
+
+
+# --------------------------------------------------------------------------------------------
+# The LR schedule's position (optax's ScaleByScheduleState count; Adam's own step count, used
+# for bias correction, is separate and always counts optimizer steps)
+# --------------------------------------------------------------------------------------------
+def _is_sched(x) -> bool:
+  return isinstance(x, optax.ScaleByScheduleState)
+
+
+def schedule_count(state: TrainState) -> int:
+  states = [x for x in jax.tree.leaves(state["opt_state"], is_leaf=_is_sched) if _is_sched(x)]
+  if len(states) != 1:
+    raise RuntimeError(f"expected one LR schedule state in the optimizer, found {len(states)}")
+  return int(jax.device_get(states[0].count))
+
+
+def with_schedule_count(state: TrainState, value: int) -> TrainState:
+  """`state` with the LR schedule's count set to `value` (sharded as before)."""
+  def put(x):
+    if not _is_sched(x):
+      return x
+    return x._replace(count=jax.make_array_from_callback(
+        (), x.count.sharding, lambda idx: np.asarray(value, np.int32)))
+  return dict(state, opt_state=jax.tree.map(put, state["opt_state"], is_leaf=_is_sched))

@@ -57,6 +57,7 @@ def from_ssp_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   r.spam_max_tags = s.reward.spam_max_tags
   r.seed = s.seed
   r.samples_per_step = s.samples_per_step
+  c.rl.roles = ml_collections.ConfigDict({"solver": c.rl.roles.solver})   # the one role
   return c
 
 

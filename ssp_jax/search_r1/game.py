@@ -1,11 +1,11 @@
 """One step of the Search-R1 baseline: the SSP solver trained alone on labeled questions.
 
   questions of the step (seeded, data.QuestionOrder) --solver rollouts with search (n each)-->
-    rewards (ssp_jax.ssp.rewards.solver_rewards) --> GRPO advantages per question group
+    rewards (ssp_jax.ssp.rewards.solver_rewards) --> (training loop) GRPO advantages per group
 
 Everything the solver sees and is scored by is SSP's: the prompt (`prompts.solver_messages`), the
 stops (`SOLVER_STOPS`), the search tool (the engine's `generate(use_search=True)`), the reward
-code, the advantage estimator (`rl.solver_estimator`). Only where the questions come from
+code, the advantage estimator (`rl.roles.solver.estimator`). Only where the questions come from
 differs: a labeled file instead of the proposer. `SearchR1Game.play` returns the `StepOutput` of
 `ssp_jax.ssp.game`, so the SSP training loop trains it unchanged.
 """
@@ -18,15 +18,18 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from ssp_jax.rl.advantages import role_advantages
 from ssp_jax.search_r1.data import Question, QuestionOrder
 from ssp_jax.ssp import prompts, rewards
-from ssp_jax.ssp.game import PROPOSER, SOLVER, SOLVER_STOPS, StepOutput
+from ssp_jax.ssp.game import SOLVER, SOLVER_STOPS, StepOutput
+
+ROLES = (SOLVER,)          # the game's one role: `rl.roles.solver`
+UPDATE_ORDER = ROLES
 from ssp_jax.types import Trajectory
 
 
 class SearchR1Game:
   """Owns the questions and their order; stateless otherwise (nothing to checkpoint)."""
+  ROLES, UPDATE_ORDER = ROLES, UPDATE_ORDER
 
   def __init__(self, cfg, rl_cfg, engine, questions: Sequence[Question], *,
                judge: Optional[rewards.Judge] = None):
@@ -77,14 +80,10 @@ class SearchR1Game:
       t.meta.update(role="solver", problem=j // n, reward=r[j], prediction=preds[j])
     r_N = np.asarray(r, np.float32)
     groups_N = np.arange(len(trajs), dtype=np.int32) // n
-    roles_N = np.full(len(trajs), SOLVER, np.int32)
-    adv_N = role_advantages(r_N, groups_N, roles_N,
-                            {PROPOSER: self.rl.proposer_estimator,
-                             SOLVER: self.rl.solver_estimator},
-                            std_normalize=self.rl.grpo_std_normalize, eps=self.rl.grpo_eps)
+    roles_N = np.full(len(trajs), SOLVER)
     metrics = self._metrics(questions, trajs, r_N, step)
     metrics["time/game"] = time.perf_counter() - t_start
-    return StepOutput(list(trajs), adv_N, roles_N, groups_N, metrics,
+    return StepOutput(list(trajs), r_N, roles_N, groups_N, metrics,
                       self._samples(questions, trajs, r, preds, step))
 
   def _metrics(self, questions, trajs, r_N: np.ndarray, step: int) -> dict[str, float]:

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from ssp_jax import world_config
-from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
 from ssp_jax.ssp import remote, rewards
-from ssp_jax.ssp.validate import ConfigError, _choice, _path, _positive, check_budgets
+from ssp_jax.ssp.validate import (ConfigError, _choice, _path, _positive, check_budgets,
+                                  check_sections)
 
 
 def validate_config(config) -> None:
@@ -16,16 +16,18 @@ def validate_config(config) -> None:
   if not config.workdir:
     raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
   _positive("total_steps", config.total_steps, minimum=0)   # 0: prepare (index, warm start) only
+  from ssp_jax.search_r1.game import ROLES, SOLVER
+  check_sections(config, ROLES)
   check_budgets(config, {"search_r1.max_new_tokens": s.max_new_tokens})
   _positive("search_r1.batch_size", s.batch_size)
   _positive("search_r1.n", s.n)
   _positive("search_r1.samples_per_step", s.samples_per_step, minimum=0)
   _positive("search_r1.spam_max_tags", s.spam_max_tags, minimum=0)
   _choice("search_r1.reward", s.reward, rewards.SOLVER_MODES)
-  _choice("rl.solver_estimator", config.rl.solver_estimator, ADVANTAGE_ESTIMATORS.names())
-  if config.rl.solver_estimator in ("grpo", "rloo") and int(s.n) < 2:
-    raise ConfigError(f"config.rl.solver_estimator={config.rl.solver_estimator!r} needs groups "
-                      f"of >= 2 but config.search_r1.n={s.n}; raise it or use 'reinforce'")
+  est = config.rl.roles[SOLVER].estimator
+  if est in ("grpo", "rloo") and int(s.n) < 2:
+    raise ConfigError(f"config.rl.roles.{SOLVER}.estimator={est!r} needs groups of >= 2 but "
+                      f"config.search_r1.n={s.n}; raise it or use 'reinforce'")
   world_config.validate_world(config)
   if s.train_path:
     _path("search_r1.train_path", s.train_path)

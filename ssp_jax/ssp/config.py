@@ -123,7 +123,8 @@ def base_run_config() -> ml_collections.ConfigDict:
   from ssp_jax.warmstart import get_warmstart_config
   c.warmstart = get_warmstart_config()  # format SFT before self-play (small models; not paper)
   c.rollout = get_rollout_config()
-  c.rl = get_rl_config()
+  c.rl = get_rl_config(roles={"proposer": "reinforce",   # one sample per answer: A = r
+                               "solver": "grpo"})        # a group of solver_n per question
   c.ssp = get_ssp_config()
   c.eval = get_eval_config()
   c.eval.every_steps = 0        # in-training validation every N steps (0: off)

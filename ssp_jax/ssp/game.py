@@ -2,11 +2,12 @@
 
   answers --proposer rollouts (n = proposer_n)--> rule filters --> RAG verification
     --> fill the batch (replay buffer / full reuse / dummy / dynamic resampling)
-    --> solver rollouts (n = solver_n) --> rewards --> advantages (per role)
+    --> solver rollouts (n = solver_n) --> rewards
 
 `SSPGame.play(params, step, ...)` returns a `StepOutput`: the trajectories to train on with their
-advantages, role ids and prompt groups (the learner does the fused update), plus metrics and
-inspection samples. Fixed-opponent variants (paper Table 2): `mode="solver_only"` rolls the
+rewards, role names and prompt groups (the training loop turns them into advantages with each
+role's `rl.roles.<name>.estimator` and updates), plus metrics and inspection samples.
+Fixed-opponent variants (paper Table 2): `mode="solver_only"` rolls the
 proposer out with frozen params and trains only the solver; `mode="proposer_only"` does the
 converse.
 
@@ -23,14 +24,15 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
-from ssp_jax.rl.advantages import role_advantages
 from ssp_jax.ssp import filters, prompts, rag, replay, rewards
 from ssp_jax.ssp.answers import AnswerItem
 from ssp_jax.types import Trajectory
 
 log = logging.getLogger(__name__)
 
-PROPOSER, SOLVER = 0, 1           # role ids (ssp_jax.rl.config.ROLE_IDS)
+PROPOSER, SOLVER = "proposer", "solver"
+ROLES = (PROPOSER, SOLVER)        # the game's roles: one `rl.roles` entry each
+UPDATE_ORDER = (PROPOSER, SOLVER)  # rl.update_schedule="by_role": the original's order
 MODES = ("selfplay", "solver_only", "proposer_only")
 PROPOSER_STOPS = ("</search>", "</question>")
 SOLVER_STOPS = ("</search>", "</answer>")
@@ -75,8 +77,8 @@ class Proposal:
 @dataclasses.dataclass
 class StepOutput:
   trajectories: list[Trajectory]      # what the learner trains on
-  advantages: np.ndarray              # [N]
-  roles: np.ndarray                   # [N] PROPOSER / SOLVER
+  rewards: np.ndarray                 # float32 [N]
+  roles: np.ndarray                   # str [N] role names (the game's ROLES)
   prompt_index: np.ndarray            # [N] group id (rows of one prompt stay in one mini-batch)
   metrics: dict[str, float]
   samples: list[dict]
@@ -84,6 +86,7 @@ class StepOutput:
 
 class SSPGame:
   """The game: owns the answer set, the replay buffer and the helpers; stateless otherwise."""
+  ROLES, UPDATE_ORDER = ROLES, UPDATE_ORDER
 
   def __init__(self, ssp_cfg, rl_cfg, engine, answers: Sequence[AnswerItem], *,
                verifier: rag.TextGenerator, judge: Optional[rewards.Judge] = None,
@@ -247,7 +250,7 @@ class SSPGame:
     out.metrics["time/world"] = time.perf_counter() - t0
 
   def _assemble(self, proposals, solver_trajs, solver_r) -> StepOutput:
-    """Training rows for the roles being trained, with per-role advantages."""
+    """Training rows for the roles being trained, with their rewards and groups."""
     items = []   # (trajectory, reward, group, role)
     if self.cfg.mode != "solver_only":
       # a proposal's group is the answer it came from
@@ -261,14 +264,10 @@ class SSPGame:
     rows = [it[0] for it in items]
     rew, groups, roles = ([it[k] for it in items] for k in (1, 2, 3))
     if not rows:
-      return StepOutput([], np.zeros(0, np.float32), np.zeros(0, np.int32),
-                        np.zeros(0, np.int32), {}, [])
-    adv = role_advantages(np.asarray(rew, np.float32), np.asarray(groups), np.asarray(roles),
-                          {PROPOSER: self.rl.proposer_estimator,
-                           SOLVER: self.rl.solver_estimator},
-                          std_normalize=self.rl.grpo_std_normalize, eps=self.rl.grpo_eps)
-    return StepOutput(rows, adv, np.asarray(roles, np.int32), np.asarray(groups, np.int32), {},
-                      [])
+      return StepOutput([], np.zeros(0, np.float32), np.zeros(0, str), np.zeros(0, np.int32),
+                        {}, [])
+    return StepOutput(rows, np.asarray(rew, np.float32), np.asarray(roles),
+                      np.asarray(groups, np.int32), {}, [])
 
   def _metrics(self, proposals, problems, solver_trajs, solver_r, rates) -> dict[str, float]:
     n = max(1, len(proposals))

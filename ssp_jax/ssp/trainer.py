@@ -22,8 +22,8 @@ import jax
 import numpy as np
 
 from ssp_jax.quiet import logs_above_bars
-from ssp_jax.rl import batch as batch_lib
-from ssp_jax.rl.config import ROLE_IDS, ROLES, UPDATE_SCHEDULES
+from ssp_jax.rl.roles import RoleTable
+from ssp_jax.rl.schedule import role_update_counts, run_updates, step_batch
 from ssp_jax.ssp import game as game_lib
 from ssp_jax.ssp.build import Components, build
 from ssp_jax.ssp.validate import validate_config
@@ -121,31 +121,20 @@ def train_one_step(c: Components, step: int, key) -> tuple[dict, list[dict]]:
   params = c.learner.state["params"]
   out = c.game.play(params, step, key, frozen_params=c.frozen_params)
   t0 = time.perf_counter()
-  updates = []
-  if out.trajectories:
-    batch = batch_lib.make_batch(out.trajectories, out.advantages, out.roles,
-                                 prompt_index=out.prompt_index, bucket=c.config.rl.bucket,
-                                 max_len=c.config.rl.max_len, pad_id=c.pad_id)
-    updates = run_updates(c.learner, batch, c.config.rl.update_schedule)
+  updates, adv = [], np.zeros(0, np.float32)
+  rl = c.config.rl
+  if out.trajectories:   # advantages from each role's rl.roles entry, the game's update order
+    table = RoleTable.from_config(rl, c.game.ROLES)
+    batch, adv = step_batch(table, out.trajectories, out.rewards, out.roles, out.prompt_index,
+                            bucket=rl.bucket, max_len=rl.max_len, pad_id=c.pad_id)
+    updates = run_updates(c.learner, batch, rl.update_schedule, table, c.game.UPDATE_ORDER)
   metrics = dict(out.metrics)
   metrics.update(_mean_update_metrics(updates))
-  if c.config.rl.update_schedule == "proposer_then_solver":
-    for role in ROLES:   # optimizer steps per role (fused steps mix the roles)
-      metrics[f"updates/{role}"] = float(sum(u.get("role_" + role, 0.0) for u in updates))
+  if rl.update_schedule == "by_role":
+    metrics.update(role_update_counts(updates, c.game.UPDATE_ORDER))
   metrics["time/update"] = time.perf_counter() - t0
-  metrics["advantage/mean"] = float(np.mean(out.advantages)) if out.advantages.size else 0.0
+  metrics["advantage/mean"] = float(np.mean(adv)) if adv.size else 0.0
   return metrics, out.samples
-
-
-def run_updates(learner, batch: dict, schedule: str) -> list[dict]:
-  """The step's optimizer updates under `rl.update_schedule` (see `ssp_jax.rl.config`), one
-  metrics dict each; under proposer_then_solver each is tagged `role_<name>` = 1."""
-  if schedule == "fused":
-    return learner.update(batch)
-  if schedule == "proposer_then_solver":
-    by_role = learner.update_by_role(batch, order=(ROLE_IDS["proposer"], ROLE_IDS["solver"]))
-    return [dict(u, **{f"role_{r}": 1.0}) for r, us in by_role.items() for u in us]
-  raise ValueError(f"config.rl.update_schedule={schedule!r} is not one of {UPDATE_SCHEDULES}")
 
 
 def latest_checkpoint(workdir: str):

@@ -5,8 +5,8 @@ import os
 
 from models import registry as model_registry
 from ssp_jax.config_ranges import RangeError, check_range
-from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
-from ssp_jax.rl.config import UPDATE_SCHEDULES, check_rl_config
+from ssp_jax.rl.config import check_rl_config
+from ssp_jax.rl.registry import RLConfigError
 from ssp_jax.rollout.config import check_rollout_config
 from ssp_jax.ssp import game, http_deadline, remote, replay, rewards
 
@@ -62,18 +62,18 @@ def check_budgets(config, role_budgets: dict) -> None:
                       "leaves no response token to train on; raise rl.max_len")
 
 
-def check_sections(config) -> None:
-  """The value ranges of the sections SSP and SvS share (`rl`, `rollout`, and `warmstart` where
-  the config has one), as ConfigErrors: one place for both validators."""
+def check_sections(config, roles) -> None:
+  """The sections every game shares (`rl` against the game's declared `roles`, `rollout`, and
+  `warmstart` where the config has one), as ConfigErrors: one place for every validator."""
   try:
-    check_rl_config(config.rl)
+    check_rl_config(config.rl, roles)
     check_rollout_config(config.rollout)
     w = config.get("warmstart")
     if w is not None and w.get("enabled", False):
       for name, low in (("lr", 0), ("epochs", 1), ("batch_size", 1), ("max_len", 1),
                         ("sources", 1)):
         check_range("warmstart", w, name, low)
-  except RangeError as e:
+  except (RangeError, RLConfigError) as e:
     raise ConfigError(str(e)) from None
 
 
@@ -98,7 +98,7 @@ def check_game_values(s) -> None:
 def validate_config(config) -> None:
   """Raises ConfigError on the first problem found."""
   s = config.ssp
-  check_sections(config)
+  check_sections(config, game.ROLES)
   check_game_values(s)
   check_budgets(config, {"ssp.proposer_max_new_tokens": s.proposer_max_new_tokens,
                          "ssp.solver_max_new_tokens": s.solver_max_new_tokens})
@@ -113,12 +113,10 @@ def validate_config(config) -> None:
   _choice("ssp.fill.strategy", s.fill.strategy, replay.STRATEGIES)
   _choice("ssp.reward.solver", s.reward.solver, rewards.SOLVER_MODES)
   _choice("ssp.reward.proposer", s.reward.proposer, rewards.PROPOSER_MODES)
-  _choice("rl.proposer_estimator", config.rl.proposer_estimator, ADVANTAGE_ESTIMATORS.names())
-  _choice("rl.solver_estimator", config.rl.solver_estimator, ADVANTAGE_ESTIMATORS.names())
-  for role, est, n in (("solver", config.rl.solver_estimator, s.solver_n),
-                       ("proposer", config.rl.proposer_estimator, s.proposer_n)):
+  for role in (game.SOLVER, game.PROPOSER):
+    est, n = config.rl.roles[role].estimator, s[f"{role}_n"]
     if est in ("grpo", "rloo") and n < 2:
-      raise ConfigError(f"config.rl.{role}_estimator={est!r} needs groups of >= 2 but "
+      raise ConfigError(f"config.rl.roles.{role}.estimator={est!r} needs groups of >= 2 but "
                         f"config.ssp.{role}_n={n}; raise it or use 'reinforce'")
   if s.filters.min_searches > config.rollout.max_searches:
     raise ConfigError(f"config.ssp.filters.min_searches={s.filters.min_searches} exceeds "
@@ -146,7 +144,6 @@ def validate_config(config) -> None:
     elif source != "policy" and not os.path.exists(os.path.expanduser(source)):
       raise ConfigError(f"config.{name}={source!r} does not exist; give \"policy\", a local "
                         "checkpoint directory, or an http(s):// OpenAI-compatible endpoint URL")
-  _choice("rl.update_schedule", config.rl.update_schedule, UPDATE_SCHEDULES)
   if config.eval.every_steps or config.eval.get("at_start", False):
     for name, spec in config.eval.datasets.items():
       if ":" not in spec.split("/")[0]:        # a file path (not builtin:/tfds: specs)

@@ -73,6 +73,7 @@ def get_svs_eval_config() -> ml_collections.ConfigDict:
 def base_run_config() -> ml_collections.ConfigDict:
   """The SSP run skeleton (model, mesh, checkpoint, rollout, rl sections) with the SvS game:
   no retriever and no `ssp` section; GRPO for both roles, no KL, clip 0.2/0.28 (the original's scripts)."""
+  from ssp_jax.rl.roles import roles_config
   from ssp_jax.ssp.config import base_run_config as ssp_base
   c = ssp_base()
   del c.ssp, c.retrieval
@@ -87,8 +88,8 @@ def base_run_config() -> ml_collections.ConfigDict:
   rl.kl_coef = 0.0              # no KL loss (and no reference model)
   rl.clip_low, rl.clip_high = 0.2, 0.28
   rl.loss_agg = "token-mean"
-  rl.proposer_estimator = "grpo"  # VPS rows (proposer role): group = the source response
-  rl.solver_estimator = "grpo"    # OQA/SPA rows (solver role): group = the problem
+  rl.roles = roles_config(solver="grpo",        # OQA/SPA rows: group = the problem
+                          synthesizer="grpo")   # VPS rows: group = the source response
   rl.mini_batch_size = 256      # original ppo_mini_batch_size (groups per update here)
   return c
 

@@ -4,7 +4,7 @@
     under-performing problems (lower <= p <= upper): their CORRECT responses
       --VPS: m synthetic problems per response (group = the source response)-->
       --SPA: n solutions per valid synthetic problem, graded against the ORIGINAL answer-->
-  rewards --> training groups --> GRPO advantages per group --> one fused update
+  rewards --> training groups (the training loop: GRPO advantages per group, one fused update)
 
 Training groups (rows of one group share a GRPO baseline; group ids never repeat across
 sections):
@@ -24,9 +24,9 @@ is ssp-jax's earlier character-length filter.
 only, every group with 0 < p < 1 is trained, no selection, VPS or SPA; a step is skipped when no
 group has a learning signal (all solutions right or all wrong).
 
-Roles: the learner knows two roles (`ssp_jax.rl.config.ROLES`); solving (OQA, SPA) is the
-`solver` role and synthesis (VPS) the `proposer` role. Both use `rl.solver_estimator` /
-`rl.proposer_estimator`, which SvS configs set to "grpo"; `rl.role_loss_weights` can weight them.
+Roles (`ROLES`): solving (OQA, SPA) is the `solver` role and synthesis (VPS) the `synthesizer`
+role, each with its `rl.roles.<name>` entry (estimator "grpo" in SvS configs; `loss_weight` can
+weight them).
 
 `SvSGame.play(params, step, key)` has the interface of `ssp_jax.ssp.game.SSPGame.play`, so the
 SSP trainer's `train_one_step` drives it.
@@ -41,15 +41,15 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
-from ssp_jax.rl.advantages import role_advantages
-from ssp_jax.rl.config import ROLE_IDS
 from ssp_jax.ssp.game import StepOutput
 from ssp_jax.svs import math_grader, prompts
 from ssp_jax.svs.data import MathProblem, ProblemIterator
 from ssp_jax.svs.grade_pool import GradePool
 from ssp_jax.types import Trajectory
 
-PROPOSER, SOLVER = ROLE_IDS["proposer"], ROLE_IDS["solver"]
+SOLVER, SYNTHESIZER = "solver", "synthesizer"
+ROLES = (SOLVER, SYNTHESIZER)          # the game's roles: one `rl.roles` entry each
+UPDATE_ORDER = (SYNTHESIZER, SOLVER)   # rl.update_schedule="by_role": VPS rows, then solving
 SECTIONS = ("oqa", "vps", "spa")
 
 
@@ -97,7 +97,7 @@ class _Rows:
   roles: list = dataclasses.field(default_factory=list)
   counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
-  def add_group(self, section: str, group: int, role: int, trajs, rewards) -> None:
+  def add_group(self, section: str, group: int, role: str, trajs, rewards) -> None:
     for t, r in zip(trajs, rewards):
       t.meta["svs"] = section
       self.trajs.append(t)
@@ -113,7 +113,7 @@ class SvSGame:
 
   Args:
     svs_cfg: the `svs` config section (`ssp_jax.svs.config.get_svs_config()`).
-    rl_cfg: the `rl` section (advantage estimators and GRPO knobs).
+    rl_cfg: the `rl` section (kept for the interface; the training loop reads its roles).
     engine: a `RolloutEngine` (anything with its `generate` and a `tok.prompt_ids`).
     data: the problem iterator.
     max_prompt_tokens: synthesis prompts longer than this are dropped (the original drops
@@ -121,6 +121,7 @@ class SvSGame:
     max_problem_prompt_tokens: with `problem_filter="tokens"`, a synthetic problem whose solving
       prompt is longer than this is rejected (`too_long_tokens`); default max_prompt_tokens.
   """
+  ROLES, UPDATE_ORDER = ROLES, UPDATE_ORDER
 
   def __init__(self, svs_cfg, rl_cfg, engine, data: ProblemIterator, *, max_prompt_tokens: int,
                max_problem_prompt_tokens: Optional[int] = None):
@@ -260,7 +261,7 @@ class SvSGame:
                sources=()) -> StepOutput:
     """A step that trains nothing: `svs/skipped` = 1 and `svs/skipped_<reason>` = 1."""
     self.skipped_total += 1
-    out = StepOutput([], np.zeros(0, np.float32), np.zeros(0, np.int32), np.zeros(0, np.int32),
+    out = StepOutput([], np.zeros(0, np.float32), np.zeros(0, str), np.zeros(0, np.int32),
                      metrics, self._samples(batch, oqa_trajs, acc, list(syntheses), sources))
     out.metrics.update({"svs/skipped": 1.0, f"svs/skipped_{reason}": 1.0,
                         "svs/skipped_total": float(self.skipped_total),
@@ -313,7 +314,7 @@ class SvSGame:
       size = int(np.ceil(len(keep) * c.vps_training_ratio))
       keep = [keep[i] for i in sorted(rng.choice(len(keep), size=size, replace=False))]
     for g in keep:
-      rows.add_group("vps", gid, PROPOSER, [s.traj for s in g], [s.reward for s in g])
+      rows.add_group("vps", gid, SYNTHESIZER, [s.traj for s in g], [s.reward for s in g])
       gid += 1
     for s in syntheses:
       if s.problem is not None and trainable(np.asarray([np.mean(s.spa_rewards)]))[0]:
@@ -323,14 +324,10 @@ class SvSGame:
 
   def _output(self, rows: _Rows) -> StepOutput:
     if not rows.trajs:
-      return StepOutput([], np.zeros(0, np.float32), np.zeros(0, np.int32),
-                        np.zeros(0, np.int32), {}, [])
-    groups, roles = np.asarray(rows.groups, np.int32), np.asarray(rows.roles, np.int32)
-    adv = role_advantages(np.asarray(rows.rewards, np.float32), groups, roles,
-                          {PROPOSER: self.rl.proposer_estimator,
-                           SOLVER: self.rl.solver_estimator},
-                          std_normalize=self.rl.grpo_std_normalize, eps=self.rl.grpo_eps)
-    out = StepOutput(rows.trajs, adv, roles, groups, {}, [])
+      return StepOutput([], np.zeros(0, np.float32), np.zeros(0, str), np.zeros(0, np.int32),
+                        {}, [])
+    out = StepOutput(rows.trajs, np.asarray(rows.rewards, np.float32), np.asarray(rows.roles),
+                     np.asarray(rows.groups, np.int32), {}, [])
     out.metrics.update({f"batch/{k}": float(v) for k, v in rows.counts.items()})
     return out
 

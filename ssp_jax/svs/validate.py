@@ -1,7 +1,6 @@
 """Checks an SvS run config before any compute; each error names the field and the fix."""
 from __future__ import annotations
 
-from ssp_jax.rl.registry import ADVANTAGE_ESTIMATORS
 from ssp_jax.ssp.validate import (ConfigError, _choice, _path, _positive, check_budgets,
                                   check_sections, in_range)
 from ssp_jax.svs.grade_pool import check_budgets as check_grader_budgets
@@ -29,19 +28,18 @@ def validate_config(config) -> None:
   if not config.workdir:
     raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
   _positive("total_steps", config.total_steps)
-  check_sections(config)
+  from ssp_jax.svs.game import ROLES, SYNTHESIZER
+  check_sections(config, ROLES)
   in_range("svs", s, "temperature", 0, note="0 = greedy; the rollout temperature of every section")
   check_budgets(config, {"svs.solve_max_new_tokens": s.solve_max_new_tokens,
                          "svs.synth_max_new_tokens": s.synth_max_new_tokens})
   _positive("svs.batch_size", s.batch_size)
   _positive("svs.n", s.n, 2)               # GRPO groups of OQA and SPA solutions
   _positive("svs.synth_n", s.synth_n)
-  for role in ("proposer", "solver"):
-    _choice(f"rl.{role}_estimator", config.rl[f"{role}_estimator"],
-            ADVANTAGE_ESTIMATORS.names())
-  if config.rl.proposer_estimator in GROUP_ESTIMATORS and s.synth_n < 2:
-    raise ConfigError(f"config.rl.proposer_estimator={config.rl.proposer_estimator!r} needs VPS "
-                      f"groups of >= 2 but config.svs.synth_n={s.synth_n}")
+  est = config.rl.roles[SYNTHESIZER].estimator
+  if est in GROUP_ESTIMATORS and s.synth_n < 2:
+    raise ConfigError(f"config.rl.roles.{SYNTHESIZER}.estimator={est!r} needs VPS groups of >= 2 "
+                      f"but config.svs.synth_n={s.synth_n}")
   _fraction_range("under", s.under_lower, s.under_upper)
   _fraction_range("positive", s.positive_lower, s.positive_upper)
   if not 0.0 < s.vps_training_ratio <= 1.0:

@@ -1,0 +1,308 @@
+"""The fused RL train step, compiled by `ssp_jax.rl.learner.Learner` (which drives it).
+
+One jitted program per update: for each micro-batch (`lax.scan`, gradient accumulation) it
+runs the reference forward (when kl_coef > 0), the policy forward + backward with chunked
+per-token log-probs, and after the scan the non-finite check and the optax update. The train
+state is donated. Loss weights are computed over the whole mini-batch first, so the scan's sum
+is exactly the mini-batch's aggregate (token-mean over all its loss tokens by default).
+
+Per-token log-probs never build [B, T, V] logits: the lm_head runs over chunks of T under
+`jax.checkpoint`, so the backward recomputes one chunk's logits at a time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import models
+from models.decoder import lm_head_weight
+from models.sharding import Sharder, constrain
+from ssp_jax.rl import losses
+from ssp_jax.rl import pack as pack_lib
+from ssp_jax.rl import train_state as ts
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+  """The static (hashable) knobs of the compiled step, read from the `rl` config."""
+  clip_low: float = 0.2
+  clip_high: float = 0.285
+  dual_clip: Optional[float] = 3.0
+  kl_coef: float = 0.01
+  kl_type: str = "k3"
+  loss_agg: str = "token-mean"
+  entropy_coef: float = 0.0
+  temperature: float = 1.0
+  micro_batch_size: int = 8
+  remat: str = "full"
+  compute_dtype: str = "bfloat16"
+  attn_impl: str = "xla"
+  logprob_chunk: int = 512
+  max_segments: int = 64       # packed rows: most segments per row (cuDNN packed attention)
+  attn_chunk: int = 0          # XLA attention by query chunks (models.layers.causal_chunked_attention)
+  onpolicy_old_logp: bool = False  # old log-probs = the step's own log-probs (stop-gradient)
+
+  @classmethod
+  def from_config(cls, rl: ml_collections.ConfigDict) -> "StepConfig":
+    """Reads the fields; their values were checked by `ssp_jax.rl.config.check_rl_config`."""
+    return cls(clip_low=rl.clip_low, clip_high=rl.clip_high, dual_clip=rl.dual_clip,
+               kl_coef=rl.kl_coef, kl_type=rl.kl_type, loss_agg=rl.loss_agg,
+               entropy_coef=rl.entropy_coef, temperature=rl.temperature,
+               micro_batch_size=rl.micro_batch_size, remat=rl.remat,
+               compute_dtype=rl.compute_dtype, attn_impl=rl.attn_impl,
+               logprob_chunk=rl.logprob_chunk,
+               max_segments=int(rl.get("pack_max_segments", 64)),
+               attn_chunk=int(rl.get("attn_chunk", 0)))
+
+
+# --------------------------------------------------------------------------------------------
+# Per-token log-probs
+# --------------------------------------------------------------------------------------------
+def _chunk_size(T: int, chunk: int) -> int:
+  """Largest divisor of T that is <= chunk."""
+  c = max(1, min(chunk, T))
+  while T % c:
+    c -= 1
+  return c
+
+
+def chunked_logprobs(w_DV: jax.Array, h_BTD: jax.Array, targets_BT: jax.Array, *,
+                     temperature: float = 1.0, chunk: int = 512,
+                     sharder: Optional[Sharder] = None) -> tuple[jax.Array, jax.Array]:
+  """log p(targets_BT[b, t] | h_BTD[b, t]) and the entropy of that distribution, [B, T] each.
+
+  Loops over chunks of C tokens (`lax.map`, rematerialised), so at most [B, C, V] fp32 logits
+  are live in the forward and in the backward.
+  """
+  B, T, D = h_BTD.shape
+  C = _chunk_size(T, chunk)
+  K = T // C
+  h_KBCD = h_BTD.reshape(B, K, C, D).swapaxes(0, 1)
+  t_KBC = targets_BT.reshape(B, K, C).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def one(h_BCD, t_BC):
+    logits_BCV = jnp.einsum("BCD,DV->BCV", h_BCD, w_DV.astype(h_BCD.dtype),
+                            preferred_element_type=jnp.float32)
+    logits_BCV = constrain(logits_BCV / temperature, ("act_batch", "act_len", "act_vocab"),
+                           sharder)
+    lse_BC = jax.nn.logsumexp(logits_BCV, axis=-1)
+    iota_V = jnp.arange(logits_BCV.shape[-1], dtype=t_BC.dtype)
+    tgt_BC = jnp.sum(jnp.where(iota_V == t_BC[..., None], logits_BCV, 0.0), axis=-1)
+    p_BCV = jnp.exp(logits_BCV - lse_BC[..., None])
+    ent_BC = lse_BC - jnp.sum(p_BCV * logits_BCV, axis=-1)
+    return tgt_BC - lse_BC, ent_BC
+
+  logp_KBC, ent_KBC = jax.lax.map(lambda xs: one(*xs), (h_KBCD, t_KBC))
+  return logp_KBC.swapaxes(0, 1).reshape(B, T), ent_KBC.swapaxes(0, 1).reshape(B, T)
+
+
+def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array,
+                      sc: StepConfig, sharder: Optional[Sharder] = None,
+                      remat: Optional[str] = None, *,
+                      segment_ids_BT: Optional[jax.Array] = None,
+                      positions_BT: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
+  """(logp_BT, entropy_BT) aligned to the scored token: logp[b, t] = log p(tokens[b, t] |
+  tokens[b, :t]); position 0 (never a loss token) holds 0.
+
+  Packed rows (segment ids and positions given): attention stays inside each segment, so a
+  segment's values are those of its own padded row; a segment's first token is scored from
+  the previous segment's last hidden state and must not be a loss token (the packer masks it).
+  """
+  dtype = ts.dtype_of(sc.compute_dtype)
+  h_BTD = models.hidden_states(cfg, params, tokens_BT, dtype=dtype,
+                               remat=sc.remat if remat is None else remat,
+                               attn_impl=sc.attn_impl, sharder=sharder,
+                               segment_ids_BT=segment_ids_BT, positions_BT=positions_BT,
+                               max_segments=sc.max_segments if segment_ids_BT is not None else 0,
+                               attn_chunk=sc.attn_chunk)
+  targets_BT = jnp.concatenate([tokens_BT[:, 1:], jnp.zeros_like(tokens_BT[:, :1])], axis=1)
+  logp_BT, ent_BT = chunked_logprobs(lm_head_weight(cfg, params), h_BTD, targets_BT,
+                                     temperature=sc.temperature, chunk=sc.logprob_chunk,
+                                     sharder=sharder)
+  pad = jnp.zeros_like(logp_BT[:, :1])
+  return (jnp.concatenate([pad, logp_BT[:, :-1]], axis=1),
+          jnp.concatenate([pad, ent_BT[:, :-1]], axis=1))
+
+
+def _cast(tree, dtype):
+  return jax.tree.map(lambda x: x.astype(dtype), tree)
+
+
+# --------------------------------------------------------------------------------------------
+# The fused step
+# --------------------------------------------------------------------------------------------
+MICRO_KEYS = ("tokens", "loss_mask", "old_logp", "advantages", "loss_w", "metric_w")
+PACKED_INPUTS = ("segment_ids", "positions")   # extra per-token model inputs of packed rows
+
+
+def is_packed(mb: dict) -> bool:
+  return "segment_ids" in mb
+
+
+def _model_inputs(x: dict) -> dict:
+  """Keyword arguments of `sequence_logprobs` for a (micro-)batch: segments when packed."""
+  if not is_packed(x):
+    return {}
+  return {"segment_ids_BT": x["segment_ids"], "positions_BT": x["positions"]}
+
+
+def loss_weights(mb: dict, sc: StepConfig) -> tuple[jax.Array, jax.Array]:
+  """(loss_w_NT, metric_w_NT) over the whole mini-batch, each sequence's role loss weight
+  (`loss_weight`) folded in.
+
+  Padded rows: one weight per row, each row one trajectory. Packed rows: a weight per token and
+  each token's trajectory size (`seq_tokens`), so every aggregation is per trajectory."""
+  loss_w = losses.aggregation_weights(mb["loss_mask"], sc.loss_agg, mb["loss_weight"],
+                                      mb.get("seq_tokens"))
+  return loss_w, losses.token_mean_weights(mb["loss_mask"])
+
+
+def micro_loss(params, ref_logp, mb, cfg, sc: StepConfig, sharder):
+  """Loss of one micro-batch with mini-batch-global weights; (loss, metrics)."""
+  cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
+  logp, ent = sequence_logprobs(cfg, cparams, mb["tokens"], sc, sharder, **_model_inputs(mb))
+  if sc.entropy_coef == 0.0:
+    ent = jax.lax.stop_gradient(ent)
+  old = mb["old_logp"]
+  if sc.onpolicy_old_logp:   # the policy before this (only) step is this step's policy
+    old = jnp.where(mb["loss_mask"] > 0, jax.lax.stop_gradient(logp), 0.0)
+  return losses.weighted_policy_loss(
+      logp, old, ref_logp, mb["advantages"], mb["loss_mask"], mb["loss_w"],
+      mb["metric_w"], clip_low=sc.clip_low, clip_high=sc.clip_high, dual_clip=sc.dual_clip,
+      kl_coef=sc.kl_coef, kl_type=sc.kl_type, entropy_NT=ent, entropy_coef=sc.entropy_coef)
+
+
+def to_micro(mb: dict, micro: int) -> dict:
+  """Host-side reshape of [M, ...] rows to [M / micro, micro, ...] (no cross-device moves)."""
+  n = mb["tokens"].shape[0]
+  if n % micro:
+    raise ValueError(f"mini-batch of {n} rows is not a multiple of rl.micro_batch_size={micro}")
+  return {k: np.asarray(v).reshape((n // micro, micro) + v.shape[1:]) for k, v in mb.items()}
+
+
+def metric_keys(sc: StepConfig) -> tuple[str, ...]:
+  keys = ("loss", "pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy")
+  return keys + (("kl_loss",) if sc.kl_coef != 0.0 else ())
+
+
+def accumulate_grads(params, ref_params, mb, cfg, sc: StepConfig, sharder, p_shardings):
+  """Sum of micro-batch gradients and metrics over a mini-batch of [K, m, ...] arrays.
+
+  A micro-batch without loss tokens (the row padding of a mini-batch) contributes exactly 0
+  and is skipped by a `lax.cond`, so rounding the micro-batch count up costs ~nothing."""
+  loss_w, metric_w = loss_weights(mb, sc)
+  extra = PACKED_INPUTS if is_packed(mb) else ()
+  micro = {**{k: mb[k] for k in MICRO_KEYS[:4] + extra}, "loss_w": loss_w, "metric_w": metric_w}
+  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+  pin = ((lambda g: g) if p_shardings is None else
+         lambda g: jax.tree.map(jax.lax.with_sharding_constraint, g, p_shardings))
+  zeros_m = {k: jnp.zeros((), jnp.float32) for k in metric_keys(sc)}
+
+  def grads_and_metrics(x):
+    ref_logp = None
+    if sc.kl_coef != 0.0:
+      ref_logp, _ = sequence_logprobs(cfg, ref_params, x["tokens"], sc, sharder, remat="none",
+                                      **_model_inputs(x))
+      ref_logp = jax.lax.stop_gradient(ref_logp)
+    (_, metrics), g = grad_fn(params, ref_logp, x, cfg, sc, sharder)
+    return pin(g), {k: metrics[k].astype(jnp.float32) for k in zeros_m}
+
+  def skip(x):
+    return pin(jax.tree.map(jnp.zeros_like, params)), zeros_m
+
+  def body(carry, x):
+    g_acc, m_acc = carry
+    g, metrics = jax.lax.cond(jnp.any(x["loss_mask"] > 0), grads_and_metrics, skip, x)
+    g_acc = pin(jax.tree.map(lambda a, b: a + b.astype(a.dtype), g_acc, g))
+    return (g_acc, {k: m_acc[k] + metrics[k] for k in m_acc}), None
+
+  zeros_g = pin(jax.tree.map(jnp.zeros_like, params))
+  (grads, metrics), _ = jax.lax.scan(body, (zeros_g, zeros_m), micro)
+  return grads, metrics
+
+
+def train_step(state: ts.TrainState, ref_params: Any, mb: dict, *, cfg: models.ModelConfig,
+               sc: StepConfig, tx: optax.GradientTransformation, sharder: Sharder,
+               p_shardings: Any) -> tuple[ts.TrainState, dict]:
+  """One optimizer update on a mini-batch (`batch` fields reshaped by `to_micro` to [K, m, ...]).
+
+  A non-finite loss or gradient norm leaves params and optimizer state untouched and counts
+  the skip in `state["nonfinite"]` (consecutive) and `state["nonfinite_total"]`.
+  """
+  params = state["params"]
+  grads, metrics = accumulate_grads(params, ref_params, mb, cfg, sc, sharder, p_shardings)
+  grad_norm = optax.global_norm(grads)
+  ok = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
+
+
+  def apply(args):
+    grads, opt_state, params = args
+    updates, new_opt = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), new_opt
+
+  # A cond (not a select of both results) so the skipped branch costs no second copy of the
+  # params and optimizer state.
+  new_params, new_opt = jax.lax.cond(ok, apply, lambda args: (args[2], args[1]),
+                                     (grads, state["opt_state"], params))
+  one = jnp.ones((), jnp.int32)
+  new_state = {
+      "params": new_params,
+      "opt_state": new_opt,
+      "rng": jax.random.split(state["rng"])[0],
+      "step": state["step"] + one,
+      "nonfinite": jnp.where(ok, 0, state["nonfinite"] + one),
+      "nonfinite_total": state["nonfinite_total"] + jnp.where(ok, 0, one),
+  }
+  metrics = dict(metrics, grad_norm=grad_norm, update_ok=ok.astype(jnp.float32),
+                 loss_tokens=jnp.sum(mb["loss_mask"]))
+  return new_state, metrics
+
+
+def batch_shardings(sharder: Sharder, packed: bool = False) -> dict:
+  """[K, m, ...] micro-batched fields: rows (m) over the batch mesh axes, the rest replicated.
+
+  packed: the fields of `ssp_jax.rl.pack.PACKED_KEYS`, all [K, m, T]."""
+  row = sharder.spec(("act_batch",))[0]
+  mk = lambda *rest: NamedSharding(sharder.mesh, P(None, row, *rest))
+  if packed:
+    return {k: mk(None) for k in pack_lib.PACKED_KEYS}
+  return {"tokens": mk(None), "loss_mask": mk(None), "old_logp": mk(None),
+          "advantages": mk(), "loss_weight": mk(), "role": mk(), "prompt": mk()}
+
+
+def make_train_step(cfg: models.ModelConfig, sc: StepConfig, tx: optax.GradientTransformation,
+                    sharder: Sharder, state_sh: Any, with_ref: bool, packed: bool = False):
+  """jit(train_step) with the state donated and its shardings fixed in and out."""
+  p_sh = state_sh["params"]
+  fn = functools.partial(train_step, cfg=cfg, sc=sc, tx=tx, sharder=sharder, p_shardings=p_sh)
+  rep = NamedSharding(sharder.mesh, P())
+  return jax.jit(fn, donate_argnums=(0,),
+                 in_shardings=(state_sh, p_sh if with_ref else None,
+                               batch_shardings(sharder, packed)),
+                 out_shardings=(state_sh, rep))
+
+
+def make_logprob_fn(cfg: models.ModelConfig, sc: StepConfig, sharder: Sharder, p_sh: Any,
+                    packed: bool = False):
+  """jit: (params, {"tokens" [K, m, T] (+ "segment_ids", "positions" when packed)}) ->
+  aligned log-probs [K, m, T], one micro-batch at a time.
+
+  The result is replicated, so every process of a multi-host run can read all of it."""
+  keys = ("tokens",) + (PACKED_INPUTS if packed else ())
+
+  def fn(params, inputs):
+    cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
+    return jax.lax.map(lambda x: sequence_logprobs(cfg, cparams, x["tokens"], sc, sharder,
+                                                   "none", **_model_inputs(x))[0], inputs)
+  sh = batch_shardings(sharder, packed)
+  return jax.jit(fn, in_shardings=(p_sh, {k: sh[k] for k in keys}),
+                 out_shardings=NamedSharding(sharder.mesh, P()))
