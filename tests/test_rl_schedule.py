@@ -77,6 +77,12 @@ def test_optimizer_steps_per_role_and_lr_once_per_call():
   assert int(adam[0].count) == 3
   with pytest.raises(ValueError, match="update_schedule"):
     run_updates(seq, batch, "solver_first")
+  # the schedule's name before roles were data still runs the same steps
+  old = make()
+  ups_old = run_updates(old, batch, "proposer_then_solver")
+  assert [("proposer" if "role_proposer" in u else "solver") for u in ups_old] == \
+      ["proposer", "solver", "solver"]
+  np.testing.assert_allclose([u["loss"] for u in ups_old], [u["loss"] for u in ups], rtol=1e-6)
 
 
 def test_solver_old_logprobs_come_after_the_proposer_update():

@@ -16,7 +16,9 @@ from ssp_jax.rl.registry import RLConfigError
 from ssp_jax.rl.roles import check_roles, roles_config
 
 # How one step's batch becomes optimizer updates (`ssp_jax.rl.schedule.run_updates`).
-UPDATE_SCHEDULES = ("fused", "by_role")
+UPDATE_SCHEDULES = ("fused", "by_role", "proposer_then_solver")
+BY_ROLE = ("by_role", "proposer_then_solver")   # the second: by_role's name before roles were
+                                                # data, still accepted so old commands run
 ATTN_IMPLS = ("xla", "cudnn", "auto")   # models.decoder.hidden_states
 
 

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ssp_jax.rl import batch as batch_lib
-from ssp_jax.rl.config import UPDATE_SCHEDULES
+from ssp_jax.rl.config import BY_ROLE, UPDATE_SCHEDULES
 from ssp_jax.rl.roles import RoleTable
 from ssp_jax.types import Trajectory
 
@@ -64,7 +64,7 @@ def run_updates(learner, batch: batch_lib.Batch, schedule: str, table: RoleTable
   by_role each is tagged `role_<name>` = 1."""
   if schedule == "fused":
     return learner.update(batch)
-  if schedule == "by_role":
+  if schedule in BY_ROLE:
     by_role = update_by_role(learner, batch, table, order)
     return [dict(u, **{f"role_{r}": 1.0}) for r, us in by_role.items() for u in us]
   raise ValueError(f"config.rl.update_schedule={schedule!r} is not one of {UPDATE_SCHEDULES}")

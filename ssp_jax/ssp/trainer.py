@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from ssp_jax.quiet import logs_above_bars
+from ssp_jax.rl.config import BY_ROLE
 from ssp_jax.rl.roles import RoleTable
 from ssp_jax.rl.schedule import role_update_counts, run_updates, step_batch
 from ssp_jax.ssp import game as game_lib
@@ -130,7 +131,7 @@ def train_one_step(c: Components, step: int, key) -> tuple[dict, list[dict]]:
     updates = run_updates(c.learner, batch, rl.update_schedule, table, c.game.UPDATE_ORDER)
   metrics = dict(out.metrics)
   metrics.update(_mean_update_metrics(updates))
-  if rl.update_schedule == "by_role":
+  if rl.update_schedule in BY_ROLE:
     metrics.update(role_update_counts(updates, c.game.UPDATE_ORDER))
   metrics["time/update"] = time.perf_counter() - t0
   metrics["advantage/mean"] = float(np.mean(adv)) if adv.size else 0.0
