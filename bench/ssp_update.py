@@ -1,7 +1,7 @@
 """Time of one SSP update under each `rl.update_schedule`; prints one JSON line.
 
 One SSP-shaped batch (--proposers prompts of 1 row, --problems prompts of --solver-n rows, every
-row --seq tokens, the first eighth a prompt) goes through `ssp_jax.ssp.trainer.run_updates`
+row --seq tokens, the first eighth a prompt) goes through `ssp_jax.run.trainer.run_updates`
 exactly as in training: old log-probs recomputed by the learner, then the optimizer steps.
   fused                 one old-log-prob pass over all rows, ceil(prompts / mini_batch) steps
   proposer_then_solver  the original: a pass + steps over the proposer rows, then a pass over the
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import models  # noqa: E402
 from ssp_jax.rl import config as rl_config  # noqa: E402
 from ssp_jax.rl.learner import Learner  # noqa: E402
-from ssp_jax.ssp.trainer import run_updates  # noqa: E402
+from ssp_jax.run.trainer import run_updates  # noqa: E402
 
 TINY = models.ModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2,
                           num_heads=4, num_kv_heads=2, head_dim=16)

@@ -1,5 +1,5 @@
 """`ssp-jax eval`: the solver with search on QA benchmarks (the paper's Table 1), or the evaluation
-of the config's game where it has its own (`config.game`, ssp_jax/games.py: math problems with
+of the config's game where it has its own (`config.game`, ssp_jax/run/games.py: math problems with
 accuracy and pass@k for SvS, ssp_jax/svs/eval.py). A config with a generated world
 (`config.world`, ssp_jax/world_config.py) has it built (once, cached) before the data is read.
 
@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _setup(args: argparse.Namespace):
   """(config, {name: spec}) with the command-line flags folded into config.eval; the config's
   world is not built yet (`_with_world` does it)."""
-  from ssp_jax import games, world_config
+  from ssp_jax import world_config
+  from ssp_jax.run import games
   from ssp_jax.eval import data
   config = config_loader.config_from_args(args)
   if "eval" not in config:
@@ -77,7 +78,7 @@ def _with_world(config, specs: dict[str, str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-  from ssp_jax import games
+  from ssp_jax.run import games
   try:
     config, specs = _setup(args)
   except (config_loader.ConfigOverrideError, ValueError) as e:

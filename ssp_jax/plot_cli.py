@@ -4,7 +4,7 @@
   ssp-jax plot runs/svs_gsm --out plots --keys oqa/accuracy,loss   # chosen keys
 
 WORKDIR is a training workdir (its metrics.jsonl is read) or a metrics.jsonl file. Without --keys
-the default keys of the run's game (ssp_jax/games.py: the `game` of the workdir's config.json, else
+the default keys of the run's game (ssp_jax/run/games.py: the `game` of the workdir's config.json, else
 recognised from the keys present) are drawn, those absent from the file left out, plus every
 `val/...` key present. A requested key that no step has is an error (one line, exit 2). A key that only some steps have (SvS's vps/spa keys on steps that were
 not skipped, `val/...` at evaluation steps) is drawn at those steps, with markers.
@@ -55,15 +55,15 @@ def _is_number(v) -> bool:
 
 
 def _game_from_keys(present: set):
-  from ssp_jax import games
+  from ssp_jax.run import games
   found = [g for g in games.GAMES.values() if g.signature in present]
   return found[0] if found else games.GAMES[games.DEFAULT]
 
 
 def game_of_run(path: str, rows: Sequence[dict]):
-  """The game of a run (ssp_jax/games.py): the `game` of the config.json beside its
+  """The game of a run (ssp_jax/run/games.py): the `game` of the config.json beside its
   metrics.jsonl, else the game whose signature key the metrics carry, else the default."""
-  from ssp_jax import games
+  from ssp_jax.run import games
   workdir = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
   try:
     with open(os.path.join(workdir, "config.json")) as f:

@@ -1,5 +1,5 @@
 """`ssp-jax train --config PATH[:ARG] [--config.field=value ...]`: training of the game the config
-names (`config.game`; the table is ssp_jax/games.py).
+names (`config.game`; the table is ssp_jax/run/games.py).
 
 The config is validated (unknown or mistyped overrides, bad choices, missing paths) before any
 model is loaded. See docs/training.md.
@@ -34,14 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from ssp_jax import games, world_config
+  from ssp_jax import world_config
+  from ssp_jax.run import games
   from ssp_jax.ssp.validate import ConfigError
   try:
     config = config_loader.config_from_args(args)
     if args.print_config:
       print(config.to_json_best_effort(indent=2))   # plain JSON values, no !!python/tuple
       return 0
-    game = games.game_of(config)   # each game has its own checks (ssp_jax/games.py)
+    game = games.game_of(config)   # each game has its own checks (ssp_jax/run/games.py)
     game.load("validate")(config)
     world_config.validate_world(config)
   except (config_loader.ConfigOverrideError, ConfigError) as e:

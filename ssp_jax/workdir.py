@@ -111,7 +111,7 @@ def latest_config(workdir: str) -> Optional[tuple[str, dict]]:
 
 def latest_checkpoint(workdir: str) -> Optional[int]:
   """The newest committed checkpoint step under workdir/checkpoints, or None (no orbax)."""
-  from ssp_jax.ssp.trainer import latest_checkpoint as newest
+  from ssp_jax.run.trainer import latest_checkpoint as newest
   return newest(workdir)
 
 

@@ -7,7 +7,7 @@ import pytest
 from rl_helpers import CFG, rl_cfg, trajectories
 from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl.learner import Learner
-from ssp_jax.ssp.trainer import run_updates
+from ssp_jax.run.trainer import run_updates
 
 P, S, N = 4, 4, 2          # proposer prompts, solver prompts, solver rows per prompt
 LR, WARMUP = 1e-2, 5

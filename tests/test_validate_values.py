@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from ssp_jax import cli, config_loader as CL, games
+from ssp_jax import cli, config_loader as CL
+from ssp_jax.run import games
 from ssp_jax.ssp.validate import ConfigError, validate_config as validate_ssp
 from ssp_jax.svs.validate import validate_config as validate_svs
 

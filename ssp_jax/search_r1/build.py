@@ -35,7 +35,7 @@ def build(config) -> Components:
                                             config.model.chat_format)
   retriever = make_retriever(config.retrieval)
   if config.warmstart.enabled:     # the same warm start (and KL reference) as the SSP run
-    from ssp_jax.warmstart.run import warm_params
+    from ssp_jax.ssp.warmstart.run import warm_params
     params = warm_params(config, model_cfg, params, tokenizer, retriever, sharder=sharder)
   learner = Learner(model_cfg, config.rl, sharder, params=params)
   del params

@@ -167,7 +167,7 @@ def build(config) -> Components:
                                             config.model.chat_format)
   retriever = make_retriever(config.retrieval)
   if config.warmstart.enabled:     # the run starts from (and its KL reference is) these params
-    from ssp_jax.warmstart.run import warm_params
+    from ssp_jax.ssp.warmstart.run import warm_params
     params = warm_params(config, model_cfg, params, tokenizer, retriever, sharder=sharder)
   learner = Learner(model_cfg, config.rl, sharder, params=params)
   frozen = None

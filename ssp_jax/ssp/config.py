@@ -120,7 +120,7 @@ def base_run_config() -> ml_collections.ConfigDict:
   c.checkpoint.keep = 3         # checkpoints kept
   c.checkpoint.async_save = True
 
-  from ssp_jax.warmstart import get_warmstart_config
+  from ssp_jax.ssp.warmstart import get_warmstart_config
   c.warmstart = get_warmstart_config()  # format SFT before self-play (small models; not paper)
   c.rollout = get_rollout_config()
   c.rl = get_rl_config()

@@ -38,7 +38,7 @@ _LEARNER_KEYS = ("loss", "pg_loss", "entropy", "grad_norm", "kl", "time/step")
 GAMES: dict[str, Game] = {
     "ssp": Game(
         validate="ssp_jax.ssp.validate:validate_config",
-        train="ssp_jax.games:train_ssp",
+        train="ssp_jax.run.games:train_ssp",
         plot_keys=("proposer/valid_rate", "proposer/rule_pass_rate", "proposer/rag_pass_rate",
                    "proposer/reward_mean", "proposer/searches_mean", "solver/reward_mean",
                    "solver/solve_rate_mean", "solver/searches_mean", "batch/dummy",
@@ -84,9 +84,9 @@ def train_ssp(config) -> int:
   """The SSP trainer, with the config's world (if any) resolved at build time."""
   from ssp_jax import world_config
   from ssp_jax.ssp import build as ssp_build
-  from ssp_jax.ssp import trainer as ssp_trainer
+  from ssp_jax.run import trainer as run_trainer
 
   def build(cfg):
     world_config.resolve_world(cfg)
     return ssp_build.build(cfg)
-  return ssp_trainer.train(config, build_fn=build)
+  return run_trainer.train(config, build_fn=build)
