@@ -36,6 +36,8 @@ import re
 import time
 from typing import Any, Optional
 
+from ssp_jax.run import games
+
 log = logging.getLogger(__name__)
 
 CONFIG = "config.json"
@@ -50,7 +52,7 @@ _START_RE = re.compile(r"^start-(\d+)-.*\.json$")
 CHECKPOINT_FIELDS = ("model.path", "rl.param_dtype", "game")
 CONTINUE_FIELDS = ("total_steps",)   # raised to train on: logged at INFO, not warned about
 IGNORED_FIELDS = ("workdir",)        # the same directory, however it was spelled
-DEFAULTS = {"game": "ssp"}           # SSP configs have no `game` field
+DEFAULTS = {"game": games.DEFAULT}   # SSP configs have no `game` field
 
 
 class WorkdirMismatch(ValueError):
@@ -107,6 +109,19 @@ def latest_config(workdir: str) -> Optional[tuple[str, dict]]:
     except (OSError, ValueError) as e:   # a record cut short: compare with the one before
       log.warning("cannot read %s (%s); comparing with the start before it", path, e)
   return None
+
+
+def run_tokenizer_source(ckpt_dir: str) -> str:
+  """The model path the run that wrote `ckpt_dir` started from (`model.path` of its workdir's
+  latest start record, else its config.json; "" = the embedded default), for the tokenizer of
+  an export."""
+  workdir = os.path.dirname(os.path.abspath(ckpt_dir))
+  recorded = latest_config(workdir)
+  if recorded is None:
+    raise FileNotFoundError(f"cannot tell which tokenizer {ckpt_dir!r} was trained with: no "
+                            f"{os.path.join(workdir, 'config.json')}; pass --tokenizer "
+                            "HF_DIR_OR_GGUF")
+  return (recorded[1].get("model") or {}).get("path") or ""
 
 
 def latest_checkpoint(workdir: str) -> Optional[int]:

@@ -142,10 +142,10 @@ def test_train_eval_resume_and_plot(assets, tmp_path, capsys):
   assert not any(n.startswith("proposer") for n in names)
 
 
-def test_plot_recognises_the_game_from_its_keys():
+def test_plot_keys_of_the_game():
   rows = [{"step": 1, "solver/reward_mean": 0.1, "solver/all_same_rate": 0.5,
            "solver/reward_hop2": 0.2, "loss": 1.0}]
-  assert plot_cli.default_keys(rows) == ["solver/reward_mean", "solver/all_same_rate", "loss",
+  assert plot_cli.default_keys(rows, games.lookup("search_r1")) == ["solver/reward_mean", "solver/all_same_rate", "loss",
                                          "solver/reward_hop2"]
 
 

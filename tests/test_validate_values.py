@@ -77,7 +77,7 @@ def test_every_config_and_variant_validates(tmp_path):
 
 
 # (override, field, a text of the valid range). Each is checked for SSP and SvS: the two
-# validators share the rl/rollout checks (ssp_jax.ssp.validate.check_sections).
+# validators share the rl/rollout checks (ssp_jax.run.validate.check_sections).
 SHARED = [
     ("rollout.temperature", "-1", "0 <= temperature"),
     ("rollout.top_k", "-1", "0 <= top_k"),

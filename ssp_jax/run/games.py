@@ -1,16 +1,10 @@
 """The games `ssp-jax train`, `eval` and `plot` run, by the name in `config.game` ("ssp" when a
-config has none). The CLIs look a game up here and name none themselves.
+config has none). This table is the one place outside the game packages that names them: the CLIs
+look a game up here, and everything else they need comes from the game's entry.
 
-A game is a small record of "module:attribute" references, imported on use so that a CLI stays
-cheap to start:
-  validate   (config) -> None, raising ssp_jax.ssp.validate.ConfigError: the checks before any
-             compute (`ssp-jax train` runs them before the workdir is touched)
-  train      (config) -> exit code: the training loop
-  eval       (config, specs, checkpoint, out) -> exit code, or "" for the QA evaluation with
-             search (ssp_jax.eval: EM/F1/judge of the solver on FlashRAG data)
-  plot_keys  the default metric keys of `ssp-jax plot`, the game-play story first
-  signature  a metric key only this game writes: `ssp-jax plot` recognises a metrics file by it
-             when the workdir has no config.json
+Each game package has an `entry.py` whose `GAME` is a `GameEntry`: "module:attribute" references,
+imported on use so that a CLI stays cheap to start, and the game's main metrics. docs/games.md
+walks through adding a game.
 """
 from __future__ import annotations
 
@@ -18,14 +12,34 @@ import dataclasses
 import importlib
 from typing import Any
 
+GAMES: dict[str, str] = {          # name -> the module holding its GAME entry
+    "ssp": "ssp_jax.ssp.entry",
+    "svs": "ssp_jax.svs.entry",
+    "search_r1": "ssp_jax.search_r1.entry",
+}
+DEFAULT = "ssp"
+LEARNER_KEYS = ("loss", "pg_loss", "entropy", "grad_norm", "kl", "time/step")
+
 
 @dataclasses.dataclass(frozen=True)
-class Game:
+class GameEntry:
+  """What the CLIs need of a game.
+
+  validate   (config) -> None, raising ssp_jax.run.validate.ConfigError: the checks before any
+             compute (`ssp-jax train` runs them before the workdir is touched)
+  train      (config) -> exit code: the game's components run by `ssp_jax.run.trainer.train`
+  eval       (config, specs, checkpoint, out_dir, *, closed_book, config_path) -> exit code:
+             `ssp-jax eval`
+  probe      (config) -> None, raising ValueError with one line naming the field and the fix:
+             start-up checks of the endpoints the game calls, before any model is loaded
+             ("" = none)
+  plot_keys  the default metric keys of `ssp-jax plot`, the game-play story first
+  """
   validate: str
   train: str
-  eval: str = ""
+  eval: str
+  probe: str = ""
   plot_keys: tuple[str, ...] = ()
-  signature: str = ""
 
   def load(self, field: str) -> Any:
     """The object a reference field names (`game.load("train")(config)`)."""
@@ -33,60 +47,17 @@ class Game:
     return getattr(importlib.import_module(module), attr)
 
 
-_LEARNER_KEYS = ("loss", "pg_loss", "entropy", "grad_norm", "kl", "time/step")
-
-GAMES: dict[str, Game] = {
-    "ssp": Game(
-        validate="ssp_jax.ssp.validate:validate_config",
-        train="ssp_jax.run.games:train_ssp",
-        plot_keys=("proposer/valid_rate", "proposer/rule_pass_rate", "proposer/rag_pass_rate",
-                   "proposer/reward_mean", "proposer/searches_mean", "solver/reward_mean",
-                   "solver/solve_rate_mean", "solver/searches_mean", "batch/dummy",
-                   *_LEARNER_KEYS),
-        signature="proposer/valid_rate"),
-    "svs": Game(
-        validate="ssp_jax.svs.validate:validate_config",
-        train="ssp_jax.svs.trainer:train",
-        eval="ssp_jax.svs.eval:run_cli",
-        plot_keys=("oqa/accuracy", "oqa/boxed_rate", "oqa/under_performing",
-                   "oqa/all_correct_rate", "oqa/none_correct_rate", "oqa/response_len",
-                   "vps/valid_rate", "vps/reward_mean", "spa/accuracy", "svs/skipped",
-                   "svs/skipped_total", "loss", "pg_loss", "entropy", "grad_norm", "time/step"),
-        signature="oqa/accuracy"),
-    "search_r1": Game(
-        validate="ssp_jax.search_r1.validate:validate_config",
-        train="ssp_jax.search_r1.trainer:train",
-        plot_keys=("solver/reward_mean", "solver/solve_rate_mean", "solver/all_same_rate",
-                   "solver/searches_mean", "solver/response_len", "search/failed_rate",
-                   *_LEARNER_KEYS),
-        signature="solver/all_same_rate"),
-}
-DEFAULT = "ssp"
-
-
 def name_of(config) -> str:
   return config.get("game", DEFAULT) if config is not None else DEFAULT
 
 
-def lookup(name: str) -> Game:
+def lookup(name: str) -> GameEntry:
   """The game called `name`; an unknown name is a ConfigError listing the known ones."""
-  from ssp_jax.ssp.validate import ConfigError
+  from ssp_jax.run.validate import ConfigError
   if name not in GAMES:
     raise ConfigError(f"config.game={name!r} is unknown; known games: {', '.join(GAMES)}")
-  return GAMES[name]
+  return importlib.import_module(GAMES[name]).GAME
 
 
-def game_of(config) -> Game:
+def game_of(config) -> GameEntry:
   return lookup(name_of(config))
-
-
-def train_ssp(config) -> int:
-  """The SSP trainer, with the config's world (if any) resolved at build time."""
-  from ssp_jax import world_config
-  from ssp_jax.ssp import build as ssp_build
-  from ssp_jax.run import trainer as run_trainer
-
-  def build(cfg):
-    world_config.resolve_world(cfg)
-    return ssp_build.build(cfg)
-  return run_trainer.train(config, build_fn=build)

@@ -14,8 +14,8 @@ from ssp_jax import world_config
 from ssp_jax.search_r1 import data
 from ssp_jax.search_r1.game import SearchR1Game
 from ssp_jax.ssp import rewards
-from ssp_jax.ssp.build import (Components, _evaluator, _text_generator, load_model,
-                               make_retriever, make_sharder)
+from ssp_jax.run.components import Components, load_model, make_retriever, make_sharder
+from ssp_jax.ssp.build import _evaluator, _text_generator
 
 log = logging.getLogger(__name__)
 

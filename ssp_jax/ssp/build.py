@@ -3,78 +3,19 @@ mesh -> model + tokenizer -> learner (train state) -> retriever -> rollout engin
 judge (the policy, a frozen checkpoint on the same mesh, or an OpenAI-compatible endpoint) -> game -> checkpointer (restoring the latest checkpoint) -> optional in-training eval."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from typing import Any, Callable, Optional
 
 import jax
 
-import models
-from ssp_jax.rl import train_state as ts
+from ssp_jax.run.components import (Components, load_model, make_retriever, make_sharder,
+                                    resume)
 from ssp_jax.ssp import game as game_lib
 from ssp_jax.ssp import remote, rewards
 from ssp_jax.ssp.answers import default_answers_path, load_answers
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class Components:
-  config: Any
-  learner: Any
-  engine: Any
-  game: game_lib.SSPGame
-  checkpointer: Any
-  start_step: int
-  pad_id: int = 0
-  frozen_params: Any = None
-  evaluator: Optional[Callable[[Any, int], dict]] = None
-  closers: list = dataclasses.field(default_factory=list)
-
-  def learner_scalars(self) -> dict[str, float]:
-    s = ts.host_scalars(self.learner.state)
-    return {"learner/updates_total": float(s["step"]),
-            "learner/nonfinite_total": float(s["nonfinite_total"])}
-
-  def nonfinite_message(self) -> str:
-    return ts.nonfinite_message(self.learner.state, self.config.rl.max_nonfinite_steps)
-
-  def close(self) -> None:
-    self.checkpointer.close()
-    for fn in self.closers:
-      fn()
-
-
-def make_sharder(config) -> models.Sharder:
-  n = int(config.mesh.num_devices)
-  if jax.process_count() > 1 and n and n != jax.device_count():
-    raise ValueError(f"mesh.num_devices={n}: a run of {jax.process_count()} processes uses all "
-                     f"{jax.device_count()} devices (set it to 0)")
-  devices = jax.devices()[:n or None]
-  mesh = models.make_mesh(tuple(tuple(a) for a in config.mesh.axes), devices)
-  rules = tuple(tuple(r) for r in config.mesh.rules) or models.DEFAULT_RULES
-  return models.Sharder(mesh, rules)
-
-
-def load_model(path: str, sharder, dtype_name: str, chat_format: str):
-  """(model_cfg, params, tokenizer) of a checkpoint path ("" = the embedded default model)."""
-  from ssp_jax.tokenizer import load_tokenizer
-  cfg, params, tok_dir = models.load_checkpoint(path or None, dtype=ts.dtype_of(dtype_name),
-                                                sharder=sharder)
-  return cfg, params, load_tokenizer(tok_dir, chat_format)
-
-
-def make_retriever(rcfg):
-  """An HTTP client when `retrieval.url` is set, else a local index (default: built on first
-  use over the shipped corpus). None on processes other than 0 of a multi-host run: the rollout
-  engine searches on process 0 and broadcasts the results (`ssp_jax.rollout.multihost`)."""
-  import retrieval
-  if jax.process_index() != 0:
-    return None
-  if rcfg.url:
-    return retrieval.HttpRetriever(rcfg.url, timeout=rcfg.timeout_s, retries=rcfg.retries)
-  return retrieval.load_retriever(rcfg.index_dir or retrieval.default_index_dir())
 
 
 def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed: int,
@@ -195,12 +136,7 @@ def build(config) -> Components:
                       save_every=config.checkpoint.every, keep=config.checkpoint.keep,
                       async_save=config.checkpoint.async_save, model_config=model_cfg)
   ckpt.register("replay", game.buffer.state_dict, game.buffer.load_state_dict)
-  # the newest checkpoint that restores (a damaged one is moved aside with a warning; one
-  # saved for another model or param dtype is CheckpointMismatch, the checkpointer closed)
-  start, state = ckpt.resume(learner.abstract_state, learner.state_shardings)
-  if state is not None:
-    learner.state = state
-    log.info("resumed from %s/checkpoints/%d", config.workdir, start)
+  start = resume(ckpt, learner, config.workdir)
   pad = tokenizer.pad_id if getattr(tokenizer, "pad_id", None) is not None else 0
   return Components(config, learner, engine, game, ckpt, start, pad, frozen,
                     _evaluator(config, engine, judge))
@@ -219,3 +155,15 @@ def _evaluator(config, engine, judge) -> Optional[Callable[[Any, int], dict]]:
                     judge=judge if config.eval.judge else None, seed=config.seed,
                     out_dir=out_dir if jax.process_index() == 0 else None)   # written once
   return run
+
+
+def eval_judge(config, engine, params, sharder) -> rewards.Judge:
+  """The judge of `ssp-jax eval` (`config.eval.judge="ssp"`: the judge of `config.ssp.judge`)
+  over the evaluated `params`."""
+  if config.eval.judge != "ssp":
+    raise ValueError(f"config.eval.judge={config.eval.judge!r}: use \"\" (off) or \"ssp\" (the "
+                     "judge of config.ssp.judge)")
+  gen = _text_generator(config.ssp.judge.source, engine, lambda: params, config, sharder,
+                        config.seed + 2)
+  return rewards.Judge(gen, max_new_tokens=config.ssp.judge.max_new_tokens,
+                       temperature=config.ssp.judge.temperature)

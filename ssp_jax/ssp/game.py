@@ -23,7 +23,9 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
+from ssp_jax.eval.prompts import SOLVER_STOPS
 from ssp_jax.rl.advantages import role_advantages
+from ssp_jax.run.game import StepOutput
 from ssp_jax.ssp import filters, prompts, rag, replay, rewards
 from ssp_jax.ssp.answers import AnswerItem
 from ssp_jax.types import Trajectory
@@ -33,7 +35,6 @@ log = logging.getLogger(__name__)
 PROPOSER, SOLVER = 0, 1           # role ids (ssp_jax.rl.config.ROLE_IDS)
 MODES = ("selfplay", "solver_only", "proposer_only")
 PROPOSER_STOPS = ("</search>", "</question>")
-SOLVER_STOPS = ("</search>", "</answer>")
 
 
 class PolicyText:
@@ -70,16 +71,6 @@ class Proposal:
   verdict: Optional[rag.Verdict] = None
   reward: float = 0.0
   trained: bool = True                # False: a valid proposal beyond the batch target (resample)
-
-
-@dataclasses.dataclass
-class StepOutput:
-  trajectories: list[Trajectory]      # what the learner trains on
-  advantages: np.ndarray              # [N]
-  roles: np.ndarray                   # [N] PROPOSER / SOLVER
-  prompt_index: np.ndarray            # [N] group id (rows of one prompt stay in one mini-batch)
-  metrics: dict[str, float]
-  samples: list[dict]
 
 
 class SSPGame:

@@ -28,8 +28,8 @@ Roles: the learner knows two roles (`ssp_jax.rl.config.ROLES`); solving (OQA, SP
 `solver` role and synthesis (VPS) the `proposer` role. Both use `rl.solver_estimator` /
 `rl.proposer_estimator`, which SvS configs set to "grpo"; `rl.role_loss_weights` can weight them.
 
-`SvSGame.play(params, step, key)` has the interface of `ssp_jax.ssp.game.SSPGame.play`, so the
-SSP trainer's `train_one_step` drives it.
+`SvSGame.play(params, step, key)` is the `ssp_jax.run.game.Game` protocol's `play`, so the
+shared loop's `train_one_step` (ssp_jax/run/trainer.py) drives it.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ import numpy as np
 
 from ssp_jax.rl.advantages import role_advantages
 from ssp_jax.rl.config import ROLE_IDS
-from ssp_jax.ssp.game import StepOutput
+from ssp_jax.run.game import StepOutput
 from ssp_jax.svs import math_grader, prompts
 from ssp_jax.svs.data import MathProblem, ProblemIterator
 from ssp_jax.svs.grade_pool import GradePool

@@ -125,7 +125,7 @@ def fit_to_rows(demos: list[demos_lib.Demo], max_len: int) -> list[demos_lib.Dem
 
 def demos_for_config(config):
   """(demonstrations, tokenizer) of a config, for inspection (`python -m ssp_jax.ssp.warmstart.demos`)."""
-  from ssp_jax.ssp.build import load_model, make_retriever
+  from ssp_jax.run.components import load_model, make_retriever
   _, _, tok = load_model(config.model.path, None, "float32", config.model.chat_format)
   return build_demos(config, tok, make_retriever(config.retrieval)), tok
 
