@@ -1,6 +1,9 @@
-"""Builds everything a training run needs from its config, in dependency order:
-mesh -> model + tokenizer -> learner (train state) -> retriever -> rollout engine -> verifier and
-judge (the policy, a frozen checkpoint on the same mesh, or an OpenAI-compatible endpoint) -> game -> checkpointer (restoring the latest checkpoint) -> optional in-training eval."""
+"""Builds an SSP run from its config, in dependency order, with the shared loaders of
+ssp_jax/run/components.py: answers -> mesh -> model + tokenizer -> retriever -> optional warm
+start -> learner (train state) -> rollout engine -> verifier and judge (the policy, a frozen
+checkpoint on the same mesh, or an OpenAI-compatible endpoint) -> game -> checkpointer (restoring
+the latest checkpoint) -> optional in-training eval. The judge and the QA evaluator are public:
+Search-R1 builds its run with them too."""
 from __future__ import annotations
 
 import logging
@@ -18,8 +21,8 @@ from ssp_jax.ssp.answers import default_answers_path, load_answers
 log = logging.getLogger(__name__)
 
 
-def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed: int,
-                    frozen_cache: Optional[dict] = None):
+def text_generator(source: str, policy_engine, params_fn, config, sharder, seed: int,
+                   frozen_cache: Optional[dict] = None):
   """The policy (source "policy"), an OpenAI-compatible endpoint (an http(s) URL, served model
   `ssp.judge.model`) or a frozen checkpoint at `source`, as a TextGenerator. A checkpoint used
   by both the verifier and the judge is loaded once (`frozen_cache`)."""
@@ -118,12 +121,12 @@ def build(config) -> Components:
   engine = RolloutEngine(model_cfg, tokenizer, config.rollout, retriever, sharder)
   policy = lambda: learner.state["params"]
   frozen_cache: dict = {}
-  verifier = _text_generator(config.ssp.rag.verifier, engine, policy, config, sharder,
-                             config.seed + 1, frozen_cache)
+  verifier = text_generator(config.ssp.rag.verifier, engine, policy, config, sharder,
+                            config.seed + 1, frozen_cache)
   judge = None
   if uses_judge(config):
-    judge = rewards.Judge(_text_generator(config.ssp.judge.source, engine, policy, config,
-                                          sharder, config.seed + 2, frozen_cache),
+    judge = rewards.Judge(text_generator(config.ssp.judge.source, engine, policy, config,
+                                         sharder, config.seed + 2, frozen_cache),
                           max_new_tokens=config.ssp.judge.max_new_tokens,
                           temperature=config.ssp.judge.temperature)
   world_checker = None
@@ -139,10 +142,12 @@ def build(config) -> Components:
   start = resume(ckpt, learner, config.workdir)
   pad = tokenizer.pad_id if getattr(tokenizer, "pad_id", None) is not None else 0
   return Components(config, learner, engine, game, ckpt, start, pad, frozen,
-                    _evaluator(config, engine, judge))
+                    qa_evaluator(config, engine, judge))
 
 
-def _evaluator(config, engine, judge) -> Optional[Callable[[Any, int], dict]]:
+def qa_evaluator(config, engine, judge) -> Optional[Callable[[Any, int], dict]]:
+  """The in-training QA evaluation (`eval.every_steps`, `eval.at_start`): (params, step) ->
+  `val/...` metrics, results written under workdir/eval/step_<step>; None when off."""
   if not (config.eval.every_steps or config.eval.get("at_start", False)):
     return None
   from ssp_jax.eval.runner import evaluate, load_eval_sets
@@ -163,7 +168,7 @@ def eval_judge(config, engine, params, sharder) -> rewards.Judge:
   if config.eval.judge != "ssp":
     raise ValueError(f"config.eval.judge={config.eval.judge!r}: use \"\" (off) or \"ssp\" (the "
                      "judge of config.ssp.judge)")
-  gen = _text_generator(config.ssp.judge.source, engine, lambda: params, config, sharder,
+  gen = text_generator(config.ssp.judge.source, engine, lambda: params, config, sharder,
                         config.seed + 2)
   return rewards.Judge(gen, max_new_tokens=config.ssp.judge.max_new_tokens,
                        temperature=config.ssp.judge.temperature)
