@@ -79,8 +79,8 @@ def load_policy(config, checkpoint: Optional[str], sharder):
 
 def build(config, checkpoint: Optional[str] = None,
           make_judge: Optional[Callable[..., Any]] = None) -> EvalComponents:
-  """Mesh -> policy -> retriever -> rollout engine -> optional judge: `make_judge(config, engine,
-  params, sharder)` of the game (ssp_jax.ssp.build.eval_judge) when `config.eval.judge` is set."""
+  """Mesh -> policy -> retriever -> rollout engine -> optional judge: the game's
+  `make_judge(config, engine, params, sharder)` when `config.eval.judge` is set."""
   from ssp_jax.rollout import RolloutEngine
   sharder = make_sharder(config)
   model_cfg, params, tok, desc = load_policy(config, checkpoint, sharder)

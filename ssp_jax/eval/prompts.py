@@ -1,7 +1,6 @@
 """The solver's prompt: a question answered with the search tool (the Search-R1 instruction:
 think, search, information, answer), written in our own words. The QA evaluation asks it, and the
-games whose solver answers questions with search (ssp, search_r1) train it, so it lives here,
-below them.
+games whose solver answers questions with search train it, so it lives here, below them.
 """
 from __future__ import annotations
 
