@@ -54,7 +54,7 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   c.retrieval.index_dir = ""                   # the world's index (built on first use)
   # the warm start's demonstrations come from the world's train questions: many forms and 1-3
   # hops, not the one fill-in-the-blank form the proposer otherwise learns and keeps
-  # (ssp_jax/warmstart/world_demos.py; a difference from the paper, like the warm start)
+  # (ssp_jax/ssp/warmstart/world_demos.py; a difference from the paper, like the warm start)
   c.warmstart.demos = "world"
 
   e = c.eval

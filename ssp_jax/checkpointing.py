@@ -297,20 +297,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "chat_template.jinja", "generation_config.json")
 
 
-def run_tokenizer_source(ckpt_dir: str) -> str:
-  """The model path the run that wrote `ckpt_dir` started from (`model.path` of its workdir's
-  latest start record, else its config.json; "" = the embedded default), for the tokenizer of
-  an export."""
-  from ssp_jax.workdir import latest_config
-  workdir = os.path.dirname(os.path.abspath(ckpt_dir))
-  recorded = latest_config(workdir)
-  if recorded is None:
-    raise FileNotFoundError(f"cannot tell which tokenizer {ckpt_dir!r} was trained with: no "
-                            f"{os.path.join(workdir, 'config.json')}; pass --tokenizer "
-                            "HF_DIR_OR_GGUF")
-  return (recorded[1].get("model") or {}).get("path") or ""
-
-
 def tokenizer_dir(source: str) -> str:
   """The directory holding the tokenizer files of `source` (an HF directory, a .gguf file -
   exported once - or "" for the embedded default model)."""
@@ -352,18 +338,16 @@ def restore_policy(ckpt_dir: str, step: Optional[int] = None
 def export_checkpoint_to_hf(ckpt_dir: str, out_dir: str, *, step: Optional[int] = None,
                             dtype: Optional[str] = None, tokenizer: Optional[str] = None) -> int:
   """Restores the params of checkpoint `step` (default latest) on one device and exports them
-  to `out_dir`, optionally cast (e.g. "bfloat16"), with the tokenizer of `tokenizer` (default:
-  the model the run started from), every file mode 0644. Returns the exported step."""
+  to `out_dir`, optionally cast (e.g. "bfloat16"), with the tokenizer of `tokenizer` (None: none),
+  every file mode 0644. Returns the exported step."""
   if not os.path.isdir(ckpt_dir):
     raise FileNotFoundError(f"checkpoint directory {ckpt_dir!r} does not exist; pass the "
                             "checkpoint root a training run wrote")
   tok_source = tokenizer
   if tok_source is None:
-    try:
-      tok_source = run_tokenizer_source(ckpt_dir)
-    except FileNotFoundError as e:
-      log.warning("exporting without a tokenizer (`ssp-jax generate` will refuse the "
-                  "directory): %s", e)
+    log.warning("exporting %s without a tokenizer (`ssp-jax generate` will refuse the "
+                "directory); pass the model the run started from (ssp_jax.workdir."
+                "run_tokenizer_source finds it)", ckpt_dir)
   step, cfg, params = restore_policy(ckpt_dir, step)
   if dtype is not None:
     params = jax.tree.map(lambda p: p.astype(dtype), params)

@@ -1,6 +1,6 @@
 """Range checks of numeric config fields: one line naming the field, its value and the valid
 range, raised before any model is loaded (the sections' own `check_*_config` functions use it;
-`ssp_jax.ssp.validate.check_sections` runs them for SSP and SvS alike)."""
+`ssp_jax.run.validate.check_sections` runs them for SSP and SvS alike)."""
 from __future__ import annotations
 
 import math

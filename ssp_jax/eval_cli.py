@@ -1,6 +1,6 @@
-"""`ssp-jax eval`: the solver with search on QA benchmarks (the paper's Table 1), or the evaluation
-of the config's game where it has its own (`config.game`, ssp_jax/games.py: math problems with
-accuracy and pass@k for SvS, ssp_jax/svs/eval.py). A config with a generated world
+"""`ssp-jax eval`: the evaluation of the config's game (`config.game`, ssp_jax/run/games.py): the
+solver with search on QA benchmarks for SSP and Search-R1 (the paper's Table 1,
+ssp_jax/ssp/qa_eval.py), math problems with accuracy and pass@k for SvS (ssp_jax/svs/eval.py). A config with a generated world
 (`config.world`, ssp_jax/world_config.py) has it built (once, cached) before the data is read.
 
   ssp-jax eval --config configs/tiny.py --out runs/eval_tiny        # the shipped set, offline
@@ -15,7 +15,6 @@ See docs/eval.md.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -51,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _setup(args: argparse.Namespace):
   """(config, {name: spec}) with the command-line flags folded into config.eval; the config's
   world is not built yet (`_with_world` does it)."""
-  from ssp_jax import games, world_config
+  from ssp_jax import world_config
+  from ssp_jax.run import games
   from ssp_jax.eval import data
   config = config_loader.config_from_args(args)
   if "eval" not in config:
@@ -76,17 +76,8 @@ def _with_world(config, specs: dict[str, str]) -> dict[str, str]:
   return world_config.resolve_specs(specs, world_config.resolve_world(config))
 
 
-def probe_eval_judge(config) -> None:
-  """With `eval.judge="ssp"` and a URL as `ssp.judge.source`, one tiny request before the model
-  loads; raises a RuntimeError (RemoteError) naming the field and the fix when it fails."""
-  from ssp_jax.ssp import build, remote
-  url = config.ssp.judge.source if config.eval.get("judge") == "ssp" else ""
-  if url and remote.is_url(url):
-    build.probe_endpoints(config, [("ssp.judge.source", url)])
-
-
 def run(args: argparse.Namespace) -> int:
-  from ssp_jax import games
+  from ssp_jax.run import games
   try:
     config, specs = _setup(args)
   except (config_loader.ConfigOverrideError, ValueError) as e:
@@ -95,37 +86,11 @@ def run(args: argparse.Namespace) -> int:
   logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                       format="%(asctime)s %(levelname)s %(name)s: %(message)s")
   logging.getLogger("absl").setLevel(logging.WARNING)
-  game = games.game_of(config)
-  if game.eval:   # the game's own evaluation (docs/svs.md for SvS)
-    return game.load("eval")(config, _with_world(config, specs), args.checkpoint, args.out)
-  from ssp_jax.eval import build, outputs, report, runner
+  game = games.game_of(config)   # its evaluation (docs/eval.md; docs/svs.md for SvS)
   try:
     specs = _with_world(config, specs)
-    previous = outputs.prepare(args.out, "qa")          # an unusable --out before any work
-    sets = runner.load_eval_sets(config.eval, specs)   # data errors surface before the model
-    probe_eval_judge(config)                           # and an endpoint that does not answer
   except (OSError, ValueError, ImportError, RuntimeError) as e:
     print(f"ssp-jax eval: {e}", file=sys.stderr)
     return 2
-  comp = build.build(config, args.checkpoint)
-  meta = {"kind": "qa", "policy": comp.policy, "config": args.config, "data": specs,
-          "limit": config.eval.limit, "seed": config.eval.seed,
-          "max_new_tokens": config.eval.max_new_tokens or config.rollout.max_response_tokens,
-          "judge": config.eval.judge or None, "closed_book": bool(args.closed_book)}
-  progress = bool(config.get("progress", True))
-  results, preds = runner.run_eval(
-      comp.engine, comp.params, sets,
-      batch_size=runner.progress_batch_size(config.eval.batch_size, config.rollout.batch_size,
-                                            progress),
-      max_new_tokens=config.eval.max_new_tokens or None, judge=comp.judge,
-      seed=config.eval.seed, progress=progress, closed_book=bool(args.closed_book))
-  run_id = outputs.new_run_id()
-  per_ds, meta, replaced = outputs.merge(previous, report.per_dataset(results), sets, run_id,
-                                         meta)
-  merged = report.results_dict(per_ds, meta)
-  title = f"ssp-jax eval: {comp.policy}"
-  outputs.say_replaced(replaced, previous, args.out)
-  paths = outputs.write(args.out, merged, report.results_markdown(merged, title), preds)
-  print(report.results_markdown(merged, title))
-  print(json.dumps({"results": paths["json"], "table": paths["md"], "run": run_id}))
-  return 0
+  return game.load("eval")(config, specs, args.checkpoint, args.out,
+                           closed_book=bool(args.closed_book), config_path=args.config)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -75,13 +76,26 @@ def write_generation_config(out_dir: str) -> str:
   return path
 
 
+def _tokenizer_source(given, ckpt_dir: str):
+  """--tokenizer, else the model the run started from (its workdir's start record), else None
+  (exported without a tokenizer, with the warning saying why)."""
+  from ssp_jax.workdir import run_tokenizer_source
+  if given is not None:
+    return given
+  try:
+    return run_tokenizer_source(ckpt_dir)
+  except FileNotFoundError as e:
+    logging.getLogger(__name__).warning("%s", e)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
   from ssp_jax.checkpointing import export_checkpoint_to_hf
   try:
     ckpt_dir, step = resolve_run(args.checkpoint, args.step)
     step = export_checkpoint_to_hf(ckpt_dir, args.out, step=step,
                                    dtype=None if args.dtype == "saved" else args.dtype,
-                                   tokenizer=args.tokenizer)
+                                   tokenizer=_tokenizer_source(args.tokenizer, ckpt_dir))
   except (FileNotFoundError, ValueError) as e:
     print(f"ssp-jax export: {e}", file=sys.stderr)
     return 2

@@ -139,7 +139,8 @@ def load_policy(checkpoint: Optional[str], tokenizer: Optional[str], dtype, chat
   from ssp_jax import checkpointing
   ckpt_dir, step = where
   _, cfg, params = checkpointing.restore_policy(ckpt_dir, step)
-  source = tokenizer if tokenizer is not None else checkpointing.run_tokenizer_source(ckpt_dir)
+  from ssp_jax.workdir import run_tokenizer_source
+  source = tokenizer if tokenizer is not None else run_tokenizer_source(ckpt_dir)
   if chat_format == "auto":
     chat_format = _run_chat_format(ckpt_dir)
   params = jax.tree.map(lambda p: p.astype(dtype), params)

@@ -95,3 +95,23 @@ def extract_answer(text: str) -> Optional[str]:
   if not matches:
     return None
   return matches[-1].strip()
+
+
+def aliases(answer: Golden) -> list[str]:
+  """The ground truth as a list of non-empty aliases (a string is one alias)."""
+  items = [answer] if isinstance(answer, str) else list(answer)
+  out = [str(a) for a in items if str(a).strip()]
+  if not out:
+    raise ValueError(f"ground truth {answer!r} has no non-empty alias; fix the answer set line")
+  return out
+
+
+def contains_answer(text: str, answer: Golden) -> bool:
+  """Whether any normalised alias of `answer` appears in the normalised `text`, on word
+  boundaries (an answer leaked into a question)."""
+  q = f" {normalize_answer(text)} "
+  for alias in aliases(answer):
+    a = normalize_answer(alias)
+    if a and f" {a} " in q:
+      return True
+  return False

@@ -4,10 +4,11 @@
   ssp-jax plot runs/svs_gsm --out plots --keys oqa/accuracy,loss   # chosen keys
 
 WORKDIR is a training workdir (its metrics.jsonl is read) or a metrics.jsonl file. Without --keys
-the default keys of the run's game (ssp_jax/games.py: the `game` of the workdir's config.json, else
-recognised from the keys present) are drawn, those absent from the file left out, plus every
-`val/...` key present. A requested key that no step has is an error (one line, exit 2). A key that only some steps have (SvS's vps/spa keys on steps that were
-not skipped, `val/...` at evaluation steps) is drawn at those steps, with markers.
+the default keys of the run's game (ssp_jax/run/games.py: the `game` of the workdir's config.json;
+SSP for a metrics file without one) are drawn, those absent from the file left out, plus every
+`val/...` key present. A requested key that no step has is an error (one line, exit 2). A key
+that only some steps have (SvS's vps/spa keys on steps that were not skipped, `val/...` at
+evaluation steps) is drawn at those steps, with markers.
 The file of key `a/b` is `OUT/a_b.png`.
 """
 from __future__ import annotations
@@ -54,32 +55,23 @@ def _is_number(v) -> bool:
   return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _game_from_keys(present: set):
-  from ssp_jax import games
-  found = [g for g in games.GAMES.values() if g.signature in present]
-  return found[0] if found else games.GAMES[games.DEFAULT]
-
-
-def game_of_run(path: str, rows: Sequence[dict]):
-  """The game of a run (ssp_jax/games.py): the `game` of the config.json beside its
-  metrics.jsonl, else the game whose signature key the metrics carry, else the default."""
-  from ssp_jax import games
+def game_of_run(path: str):
+  """The game of a run (ssp_jax/run/games.py): the `game` of the config.json beside its
+  metrics.jsonl, else the default game (a metrics file on its own, or a run without a `game`)."""
+  from ssp_jax.run import games
   workdir = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
   try:
     with open(os.path.join(workdir, "config.json")) as f:
       name = json.load(f).get("game", games.DEFAULT)
-    if name in games.GAMES:
-      return games.GAMES[name]
   except (OSError, ValueError, AttributeError):
-    pass
-  return _game_from_keys(set().union(*(r.keys() for r in rows)))
+    name = games.DEFAULT
+  return games.lookup(name)
 
 
-def default_keys(rows: Sequence[dict], game=None) -> list[str]:
-  """The default keys of `game` (a games.Game; found from the keys when None) that the rows
-  have, then the per-hop solver rewards and `val/...` keys present."""
+def default_keys(rows: Sequence[dict], game) -> list[str]:
+  """The default keys of `game` (a games.GameEntry) that the rows have, then the per-hop solver
+  rewards and `val/...` keys present."""
   present = set().union(*(r.keys() for r in rows))
-  game = game or _game_from_keys(present)
   keys = [k for k in game.plot_keys if k in present]
   keys += sorted(k for k in present if k.startswith(("solver/reward_hop", "val/"))
                  and k not in keys)
@@ -141,7 +133,7 @@ def run(args) -> int:
   check_out(args.out)
   rows = read_metrics(args.workdir)
   keys = ([k.strip() for k in args.keys.split(",") if k.strip()]
-          or default_keys(rows, game_of_run(args.workdir, rows)))
+          or default_keys(rows, game_of_run(args.workdir)))
   if not keys:
     raise ValueError(f"none of the default keys is in {args.workdir}; name them with --keys")
   title = os.path.basename(os.path.normpath(args.workdir))

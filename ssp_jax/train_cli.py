@@ -1,5 +1,5 @@
 """`ssp-jax train --config PATH[:ARG] [--config.field=value ...]`: training of the game the config
-names (`config.game`; the table is ssp_jax/games.py).
+names (`config.game`; the table is ssp_jax/run/games.py, each game's entry its `entry.py`).
 
 The config is validated (unknown or mistyped overrides, bad choices, missing paths) before any
 model is loaded. See docs/training.md.
@@ -34,14 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from ssp_jax import games, world_config
-  from ssp_jax.ssp.validate import ConfigError
+  from ssp_jax import world_config
+  from ssp_jax.run import games
+  from ssp_jax.run.validate import ConfigError
   try:
     config = config_loader.config_from_args(args)
     if args.print_config:
       print(config.to_json_best_effort(indent=2))   # plain JSON values, no !!python/tuple
       return 0
-    game = games.game_of(config)   # each game has its own checks (ssp_jax/games.py)
+    game = games.game_of(config)   # each game has its own checks (ssp_jax/run/games.py)
     game.load("validate")(config)
     world_config.validate_world(config)
   except (config_loader.ConfigOverrideError, ConfigError) as e:
@@ -57,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     prepare_workdir(config, write=jax.process_index() == 0)  # other hosts share the workdir
     if "retrieval" in config and config.retrieval.url:   # games that search
       probe_retriever(config.retrieval)
-    if config.get("game", "ssp") != "svs":
-      probe_judge(config)
+    if game.probe:   # the endpoints the game calls (ssp: verifier and judge URLs)
+      probe_game(game.load("probe"), config)
   except SetupError as e:
     print(f"ssp-jax train: {e}", file=sys.stderr)
     return 2
@@ -138,14 +139,13 @@ def probe_retriever(rcfg) -> None:
                                         msg)
 
 
-def probe_judge(config) -> None:
-  """One tiny chat request to each endpoint URL the run calls (`ssp.rag.verifier`,
-  `ssp.judge.source`) before any model is loaded: unreachable, a refused key or an unknown model
-  is a SetupError naming the field and the fix (`ssp_jax.ssp.build.probe_endpoints`)."""
-  from ssp_jax.ssp import build, remote
+def probe_game(probe, config) -> None:
+  """The game's start-up probe (`GameEntry.probe`, e.g. one tiny chat request to each endpoint
+  URL an SSP run calls) before any model is loaded: unreachable, a refused key or an unknown
+  model is a SetupError naming the field and the fix."""
   try:
-    build.probe_endpoints(config)
-  except (remote.RemoteError, ValueError) as e:
+    probe(config)
+  except (RuntimeError, ValueError) as e:   # ssp_jax.ssp.remote.RemoteError is a RuntimeError
     raise SetupError(str(e)) from None
 
 

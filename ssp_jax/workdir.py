@@ -36,6 +36,8 @@ import re
 import time
 from typing import Any, Optional
 
+from ssp_jax.run import games
+
 log = logging.getLogger(__name__)
 
 CONFIG = "config.json"
@@ -50,7 +52,7 @@ _START_RE = re.compile(r"^start-(\d+)-.*\.json$")
 CHECKPOINT_FIELDS = ("model.path", "rl.param_dtype", "game")
 CONTINUE_FIELDS = ("total_steps",)   # raised to train on: logged at INFO, not warned about
 IGNORED_FIELDS = ("workdir",)        # the same directory, however it was spelled
-DEFAULTS = {"game": "ssp"}           # SSP configs have no `game` field
+DEFAULTS = {"game": games.DEFAULT}   # SSP configs have no `game` field
 
 
 class WorkdirMismatch(ValueError):
@@ -109,9 +111,22 @@ def latest_config(workdir: str) -> Optional[tuple[str, dict]]:
   return None
 
 
+def run_tokenizer_source(ckpt_dir: str) -> str:
+  """The model path the run that wrote `ckpt_dir` started from (`model.path` of its workdir's
+  latest start record, else its config.json; "" = the embedded default), for the tokenizer of
+  an export."""
+  workdir = os.path.dirname(os.path.abspath(ckpt_dir))
+  recorded = latest_config(workdir)
+  if recorded is None:
+    raise FileNotFoundError(f"cannot tell which tokenizer {ckpt_dir!r} was trained with: no "
+                            f"{os.path.join(workdir, 'config.json')}; pass --tokenizer "
+                            "HF_DIR_OR_GGUF")
+  return (recorded[1].get("model") or {}).get("path") or ""
+
+
 def latest_checkpoint(workdir: str) -> Optional[int]:
   """The newest committed checkpoint step under workdir/checkpoints, or None (no orbax)."""
-  from ssp_jax.ssp.trainer import latest_checkpoint as newest
+  from ssp_jax.run.trainer import latest_checkpoint as newest
   return newest(workdir)
 
 

@@ -53,8 +53,8 @@ def world_specs(config) -> dict[str, str]:
 
 
 def validate_world(config) -> None:
-  """Checks the `world` section (no-op without one); raises ssp_jax.ssp.validate.ConfigError."""
-  from ssp_jax.ssp.validate import ConfigError
+  """Checks the `world` section (no-op without one); raises ssp_jax.run.validate.ConfigError."""
+  from ssp_jax.run.validate import ConfigError
   specs = world_specs(config)
   for name, spec in specs.items():
     file = spec[len(SPEC_PREFIX):]
@@ -135,7 +135,7 @@ def resolve_specs(specs: dict[str, str], world_dir: Optional[str]) -> dict[str, 
 
 
 def _searches_here() -> bool:
-  """Only process 0 of a multi-host run searches (`ssp_jax.ssp.build.make_retriever`)."""
+  """Only process 0 of a multi-host run searches (`ssp_jax.run.components.make_retriever`)."""
   import jax
   return jax.process_index() == 0
 

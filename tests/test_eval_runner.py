@@ -76,7 +76,7 @@ def test_load_policy_from_training_checkpoints(tmp_path):
   config = base_run_config()
   config.model.path = path
   config.mesh.num_devices = 1
-  sharder = build.ssp_build.make_sharder(config)
+  sharder = build.make_sharder(config)
   leaf = lambda tree: np.asarray(jax.tree.leaves(tree)[0])
   for where in ("run", "run/checkpoints", "run/checkpoints/3"):
     _, params, _, desc = build.load_policy(config, str(tmp_path / where), sharder)

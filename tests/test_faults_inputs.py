@@ -16,7 +16,7 @@ import models.cache
 from ssp_jax import cli, config_loader as CL, train_cli
 from ssp_jax.ssp import answers as A
 from ssp_jax.svs import data as D
-from ssp_jax.warmstart import run as W
+from ssp_jax.ssp.warmstart import run as W
 from test_ssp_train_cli import TINY, assets, fast_args  # noqa: F401
 
 Usage = collections.namedtuple("Usage", "total used free")

@@ -226,7 +226,7 @@ def test_export_loads_in_generate_and_transformers(assets, tmp_path, capsys):
 def test_signal_before_the_first_step_stops_at_once():
   """During the build (index, warm start, restore) there is no step to finish: the first
   signal stops at once; once the loop runs it only asks for a stop at the next step."""
-  from ssp_jax.ssp.trainer import StopOnSignal
+  from ssp_jax.run.trainer import StopOnSignal
   with StopOnSignal() as stop:
     with pytest.raises(KeyboardInterrupt, match="before the first step"):
       os.kill(os.getpid(), signal.SIGTERM)

@@ -170,7 +170,7 @@ def test_wrong_checksum_of_the_whole_names_every_package(env):
 def test_unknown_name_and_config_validation(env):
   with pytest.raises(ValueError, match="known: registry:qwen2.5-coder-0.5b-instruct"):
     registry.lookup("registry:nope")
-  from ssp_jax.ssp.validate import ConfigError, _path
+  from ssp_jax.run.validate import ConfigError, path as _path
   _path("model.path", "registry:qwen2.5-coder-1.5b-instruct")  # known: accepted, not joined
   with pytest.raises(ConfigError, match="config.model.path='registry:nope'"):
     _path("model.path", "registry:nope")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ssp_jax import cli, plot_cli
+from ssp_jax.run import games
 
 _C0 = np.array([0x1f, 0x77, 0xb4]) / 255.0  # matplotlib's first line colour
 
@@ -49,8 +50,8 @@ def test_default_keys_follow_the_game(tmp_path):
   ssp, svs = tmp_path / "ssp.jsonl", tmp_path / "svs.jsonl"
   _write_metrics(ssp)
   _write_metrics(svs, svs=True)
-  ssp_keys = plot_cli.default_keys(plot_cli.read_metrics(str(ssp)))
-  svs_keys = plot_cli.default_keys(plot_cli.read_metrics(str(svs)))
+  ssp_keys = plot_cli.default_keys(plot_cli.read_metrics(str(ssp)), games.lookup("ssp"))
+  svs_keys = plot_cli.default_keys(plot_cli.read_metrics(str(svs)), games.lookup("svs"))
   assert ssp_keys[:2] == ["proposer/valid_rate", "solver/reward_mean"]
   assert "val/overall/em" in ssp_keys and "oqa/accuracy" not in ssp_keys
   assert svs_keys[:3] == ["oqa/accuracy", "vps/valid_rate", "svs/skipped"]
@@ -59,6 +60,16 @@ def test_default_keys_follow_the_game(tmp_path):
   assert len(paths) == len(svs_keys) == len(os.listdir(out))
   # a key present on some steps only is drawn at those steps
   assert plot_cli.series(plot_cli.read_metrics(str(svs)), "vps/valid_rate")[0] == [2.0, 4.0, 6.0]
+
+
+def test_the_game_comes_from_the_run_config_not_the_keys(tmp_path):
+  """SvS metrics beside a config.json naming svs get SvS's keys; the same metrics without a
+  config are plotted as the default game (nothing is guessed from the metric names)."""
+  _write_metrics(tmp_path / "metrics.jsonl", svs=True)
+  assert plot_cli.game_of_run(str(tmp_path)) is games.lookup("ssp")
+  (tmp_path / "config.json").write_text(json.dumps({"game": "svs"}))
+  assert plot_cli.game_of_run(str(tmp_path)) is games.lookup("svs")
+  assert plot_cli.game_of_run(str(tmp_path / "metrics.jsonl")) is games.lookup("svs")
 
 
 def test_missing_key_is_one_line_exit_2(tmp_path, capsys, monkeypatch):

@@ -21,7 +21,7 @@ from ssp_jax.search_r1.game import SearchR1Game
 from ssp_jax.search_r1.validate import validate_config
 from ssp_jax.ssp import game as ssp_game
 from ssp_jax.ssp import prompts, rewards
-from ssp_jax.ssp.validate import ConfigError
+from ssp_jax.run.validate import ConfigError
 from ssp_jax.testing.small_retriever import SmallBM25Retriever
 from ssp_jax.testing.tiny_checkpoint import load_params, make_tiny_checkpoint
 from ssp_jax.tokenizer import load_tokenizer

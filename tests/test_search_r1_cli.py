@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from ssp_jax import cli, games, plot_cli, world_config
+from ssp_jax import cli, plot_cli, world_config
+from ssp_jax.run import games
 from ssp_jax.config_loader import load_config_file
 from ssp_jax.search_r1.config import equal_rollout_batch
 from ssp_jax.search_r1.data import QuestionOrder, load_questions
@@ -141,10 +142,10 @@ def test_train_eval_resume_and_plot(assets, tmp_path, capsys):
   assert not any(n.startswith("proposer") for n in names)
 
 
-def test_plot_recognises_the_game_from_its_keys():
+def test_plot_keys_of_the_game():
   rows = [{"step": 1, "solver/reward_mean": 0.1, "solver/all_same_rate": 0.5,
            "solver/reward_hop2": 0.2, "loss": 1.0}]
-  assert plot_cli.default_keys(rows) == ["solver/reward_mean", "solver/all_same_rate", "loss",
+  assert plot_cli.default_keys(rows, games.lookup("search_r1")) == ["solver/reward_mean", "solver/all_same_rate", "loss",
                                          "solver/reward_hop2"]
 
 
@@ -248,7 +249,7 @@ def test_world_section_fills_the_paths_and_builds_the_index_once(assets, tmp_pat
   assert ssp.retrieval.index_dir == index and ssp.ssp.answers_path == sr1.ssp.answers_path
   assert os.path.getmtime(os.path.join(index, "meta.json")) == mtime
   # so both runs share one warm start (the same cache key: the same starting weights)
-  from ssp_jax.warmstart.run import cache_key
+  from ssp_jax.ssp.warmstart.run import cache_key
   assert cache_key(ssp) == cache_key(sr1)
   # what a user set stays; a server instead of the index builds nothing
   other = load_config_file(SR1_WORLD + ":tiny")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ssp_jax.rl.advantages import grpo_advantages
-from ssp_jax.ssp.trainer import train_one_step
+from ssp_jax.run.trainer import train_one_step
 from ssp_jax.svs import config as svs_config
 from ssp_jax.svs import game as G
 from ssp_jax.svs import prompts as P

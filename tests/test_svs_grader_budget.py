@@ -142,7 +142,7 @@ def test_refusal_reasons(text, reason):
 
 def test_budgets_are_checked_with_the_field_named():
   from ml_collections import ConfigDict
-  from ssp_jax.ssp.validate import ConfigError
+  from ssp_jax.run.validate import ConfigError
   assert budget_problem(0, 5.0, 0.0) is None
   with pytest.raises(ConfigError, match="grader_answer_timeout_s=0.*must be > 0"):
     check_budgets(ConfigDict({"grader_answer_timeout_s": 0.0}))

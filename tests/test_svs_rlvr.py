@@ -6,7 +6,7 @@ import types
 import jax
 import numpy as np
 
-from ssp_jax.ssp.trainer import train_one_step
+from ssp_jax.run.trainer import train_one_step
 from ssp_jax.svs import config as svs_config
 from ssp_jax.svs import game as G
 from test_svs_game import PROBLEMS, make_game, play

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from ssp_jax import cli, config_loader as CL, games
+from ssp_jax import cli, config_loader as CL
+from ssp_jax.run import games
 from ssp_jax.ssp.validate import ConfigError, validate_config as validate_ssp
 from ssp_jax.svs.validate import validate_config as validate_svs
 
@@ -76,7 +77,7 @@ def test_every_config_and_variant_validates(tmp_path):
 
 
 # (override, field, a text of the valid range). Each is checked for SSP and SvS: the two
-# validators share the rl/rollout checks (ssp_jax.ssp.validate.check_sections).
+# validators share the rl/rollout checks (ssp_jax.run.validate.check_sections).
 SHARED = [
     ("rollout.temperature", "-1", "0 <= temperature"),
     ("rollout.top_k", "-1", "0 <= top_k"),

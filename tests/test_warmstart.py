@@ -13,8 +13,8 @@ from ssp_jax.ssp import filters
 from ssp_jax.testing.small_retriever import WIKI_SNIPPETS, SmallBM25Retriever
 from ssp_jax.testing.tiny_checkpoint import make_tiny_checkpoint
 from ssp_jax.tokenizer import load_tokenizer
-from ssp_jax.warmstart import demos as D
-from ssp_jax.warmstart.sft import nll_loss, sft
+from ssp_jax.ssp.warmstart import demos as D
+from ssp_jax.ssp.warmstart.sft import nll_loss, sft
 
 TOPK, MAX_OBS = 2, 400
 ANSWERS = [("Herman Melville", "person"), ("Edinburgh", "place"), ("1867", "date"),
@@ -142,7 +142,7 @@ def test_sft_lowers_the_demonstration_loss(setup):
   trajs = [d.traj for d in demos][:6]
   from ssp_jax.rl.config import get_rl_config
   from ssp_jax.rl.learner import StepConfig
-  from ssp_jax.warmstart.sft import packed_rows
+  from ssp_jax.ssp.warmstart.sft import packed_rows
   rl = get_rl_config()
   rl.remat, rl.compute_dtype = "none", "float32"
   sc = StepConfig.from_config(rl)
@@ -162,7 +162,7 @@ def test_sft_lowers_the_demonstration_loss(setup):
 
 
 def test_demonstrations_longer_than_a_row_are_named(setup, capsys):
-  from ssp_jax.warmstart.run import fit_to_rows
+  from ssp_jax.ssp.warmstart.run import fit_to_rows
   demos = setup[4]
   size = lambda d: len(d.traj.prompt_ids) + len(d.traj.response_ids)
   verifiers = [d for d in demos if d.role == "verifier"]

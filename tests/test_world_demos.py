@@ -12,7 +12,7 @@ from ssp_jax.ssp import filters
 from ssp_jax.testing.small_retriever import SmallBM25Retriever
 from ssp_jax.testing.tiny_checkpoint import make_tiny_checkpoint
 from ssp_jax.tokenizer import load_tokenizer
-from ssp_jax.warmstart import world_demos as W
+from ssp_jax.ssp.warmstart import world_demos as W
 
 
 @pytest.fixture(scope="module")

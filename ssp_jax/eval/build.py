@@ -11,12 +11,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 
-from ssp_jax.ssp import build as ssp_build
-from ssp_jax.ssp import rewards
+from ssp_jax.run.components import load_model, make_retriever, make_sharder
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +24,7 @@ log = logging.getLogger(__name__)
 class EvalComponents:
   engine: Any
   params: Any
-  judge: Optional[rewards.Judge]
+  judge: Any          # None, or what scores a prediction (the game's judge)
   policy: str          # what was loaded, for results.json meta
 
 
@@ -68,9 +67,9 @@ def load_policy(config, checkpoint: Optional[str], sharder):
     if not os.path.exists(checkpoint) and not checkpoint.startswith("registry:"):
       raise FileNotFoundError(f"--checkpoint {checkpoint!r} does not exist (give an HF directory, "
                               "a .gguf file, or a training workdir/checkpoints directory)")
-    cfg, params, tok = ssp_build.load_model(checkpoint, sharder, dtype, fmt)
+    cfg, params, tok = load_model(checkpoint, sharder, dtype, fmt)
     return cfg, params, tok, checkpoint
-  cfg, params, tok = ssp_build.load_model(config.model.path, sharder, dtype, fmt)
+  cfg, params, tok = load_model(config.model.path, sharder, dtype, fmt)
   base = config.model.path or "embedded SmolLM2-135M-Instruct"
   if not orbax:
     return cfg, params, tok, base
@@ -78,20 +77,16 @@ def load_policy(config, checkpoint: Optional[str], sharder):
   return cfg, params, tok, f"{orbax[0]} step {step} (base {base})"
 
 
-def build(config, checkpoint: Optional[str] = None) -> EvalComponents:
-  """Mesh -> policy -> retriever -> rollout engine -> optional judge (`config.eval.judge`)."""
+def build(config, checkpoint: Optional[str] = None,
+          make_judge: Optional[Callable[..., Any]] = None) -> EvalComponents:
+  """Mesh -> policy -> retriever -> rollout engine -> optional judge: the game's
+  `make_judge(config, engine, params, sharder)` when `config.eval.judge` is set."""
   from ssp_jax.rollout import RolloutEngine
-  sharder = ssp_build.make_sharder(config)
+  sharder = make_sharder(config)
   model_cfg, params, tok, desc = load_policy(config, checkpoint, sharder)
-  engine = RolloutEngine(model_cfg, tok, config.rollout,
-                         ssp_build.make_retriever(config.retrieval), sharder)
+  engine = RolloutEngine(model_cfg, tok, config.rollout, make_retriever(config.retrieval),
+                         sharder)
   judge = None
-  if config.eval.judge:
-    if config.eval.judge != "ssp":
-      raise ValueError(f"config.eval.judge={config.eval.judge!r}: use \"\" (off) or \"ssp\" (the "
-                       "judge of config.ssp.judge)")
-    gen = ssp_build._text_generator(config.ssp.judge.source, engine, lambda: params, config,
-                                    sharder, config.seed + 2)
-    judge = rewards.Judge(gen, max_new_tokens=config.ssp.judge.max_new_tokens,
-                          temperature=config.ssp.judge.temperature)
+  if config.eval.judge and make_judge is not None:
+    judge = make_judge(config, engine, params, sharder)
   return EvalComponents(engine, params, judge, desc)

@@ -5,7 +5,7 @@ and the in-training validation.
   metrics = evaluate(engine, params, sets, max_new_tokens=512, judge=None, out_dir=None)
   # {"val/wiki_sample/em": 0.31, "val/wiki_sample/f1": ..., "val/overall/em": ..., ...}
 
-Each question gets the SSP solver prompt (`ssp_jax.ssp.prompts.solver_messages`), one greedy
+Each question gets the solver prompt (`ssp_jax.eval.prompts.solver_messages`), one greedy
 rollout with search through the rollout engine (stops: `</search>` triggers a search, `</answer>`
 ends), and is scored on the last `<answer>...</answer>` of the response: EM and token F1 against
 all golden answers and, when a judge is given, the judge verdict (EM short-circuits: an exact
@@ -21,8 +21,8 @@ import jax
 
 from ssp_jax import metrics
 from ssp_jax.eval import data, report
-from ssp_jax.ssp import prompts
-from ssp_jax.ssp.game import SOLVER_STOPS   # the same stops as the SSP solver rollouts
+from ssp_jax.eval import prompts
+from ssp_jax.eval.prompts import SOLVER_STOPS   # the same stops as the games' solver rollouts
 from ssp_jax.types import Trajectory
 
 log = logging.getLogger(__name__)

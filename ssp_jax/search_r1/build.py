@@ -14,8 +14,8 @@ from ssp_jax import world_config
 from ssp_jax.search_r1 import data
 from ssp_jax.search_r1.game import SearchR1Game
 from ssp_jax.ssp import rewards
-from ssp_jax.ssp.build import (Components, _evaluator, _text_generator, load_model,
-                               make_retriever, make_sharder)
+from ssp_jax.run.components import Components, load_model, make_retriever, make_sharder
+from ssp_jax.ssp.build import qa_evaluator, text_generator
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def build(config) -> Components:
                                             config.model.chat_format)
   retriever = make_retriever(config.retrieval)
   if config.warmstart.enabled:     # the same warm start (and KL reference) as the SSP run
-    from ssp_jax.warmstart.run import warm_params
+    from ssp_jax.ssp.warmstart.run import warm_params
     params = warm_params(config, model_cfg, params, tokenizer, retriever, sharder=sharder)
   learner = Learner(model_cfg, config.rl, sharder, params=params)
   del params
@@ -43,8 +43,8 @@ def build(config) -> Components:
   judge = None
   if s.reward in ("judge", "em_then_judge") or config.eval.judge:
     policy = lambda: learner.state["params"]
-    judge = rewards.Judge(_text_generator(config.ssp.judge.source, engine, policy, config,
-                                          sharder, config.seed + 2),
+    judge = rewards.Judge(text_generator(config.ssp.judge.source, engine, policy, config,
+                                         sharder, config.seed + 2),
                           max_new_tokens=config.ssp.judge.max_new_tokens,
                           temperature=config.ssp.judge.temperature)
   game = SearchR1Game(s, config.rl, engine, questions, judge=judge)
@@ -58,4 +58,4 @@ def build(config) -> Components:
     log.info("resumed from %s/checkpoints/%d", config.workdir, start)
   pad = tokenizer.pad_id if getattr(tokenizer, "pad_id", None) is not None else 0
   return Components(config, learner, engine, game, ckpt, start, pad, None,
-                    _evaluator(config, engine, judge))
+                    qa_evaluator(config, engine, judge))

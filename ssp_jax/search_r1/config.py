@@ -47,7 +47,7 @@ def from_ssp_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   judge rewards and `eval.judge` (`ssp.judge`), and the warm start, whose demonstrations (and
   cache key) come from it, so both runs start from the same warm-started weights."""
   s = c.ssp
-  c.game = "search_r1"          # `ssp-jax train` dispatches on it (ssp_jax/games.py)
+  c.game = "search_r1"          # `ssp-jax train` dispatches on it (ssp_jax/run/games.py)
   c.search_r1 = get_search_r1_config()
   r = c.search_r1
   r.batch_size, r.n = equal_rollout_batch(s)

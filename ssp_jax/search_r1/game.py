@@ -4,10 +4,11 @@
     rewards (ssp_jax.ssp.rewards.solver_rewards) --> (training loop) GRPO advantages per group
 
 Everything the solver sees and is scored by is SSP's: the prompt (`prompts.solver_messages`), the
-stops (`SOLVER_STOPS`), the search tool (the engine's `generate(use_search=True)`), the reward
-code, the advantage estimator (`rl.roles.solver.estimator`). Only where the questions come from
+stops (`SOLVER_STOPS`, ssp_jax/eval/prompts.py), the search tool (the engine's
+`generate(use_search=True)`), the reward code, the advantage estimator
+(`rl.roles.solver.estimator`). Only where the questions come from
 differs: a labeled file instead of the proposer. `SearchR1Game.play` returns the `StepOutput` of
-`ssp_jax.ssp.game`, so the SSP training loop trains it unchanged.
+`ssp_jax.run.game`, so the shared training loop (ssp_jax/run/trainer.py) trains it unchanged.
 """
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
+from ssp_jax.eval.prompts import SOLVER_STOPS
+from ssp_jax.run.game import StepOutput
 from ssp_jax.search_r1.data import Question, QuestionOrder
 from ssp_jax.ssp import prompts, rewards
-from ssp_jax.ssp.game import SOLVER, SOLVER_STOPS, StepOutput
+from ssp_jax.ssp.game import SOLVER
+from ssp_jax.types import Trajectory
 
 ROLES = (SOLVER,)          # the game's one role: `rl.roles.solver`
 UPDATE_ORDER = ROLES
-from ssp_jax.types import Trajectory
 
 
 class SearchR1Game:

@@ -1,17 +1,19 @@
-"""Builds everything a training run needs from its config, in dependency order:
-mesh -> model + tokenizer -> learner (train state) -> retriever -> rollout engine -> verifier and
-judge (the policy, a frozen checkpoint on the same mesh, or an OpenAI-compatible endpoint) -> game -> checkpointer (restoring the latest checkpoint) -> optional in-training eval."""
+"""Builds an SSP run from its config, in dependency order, with the shared loaders of
+ssp_jax/run/components.py: answers -> mesh -> model + tokenizer -> retriever -> optional warm
+start -> learner (train state) -> rollout engine -> verifier and judge (the policy, a frozen
+checkpoint on the same mesh, or an OpenAI-compatible endpoint) -> game -> checkpointer (restoring
+the latest checkpoint) -> optional in-training eval. The judge and the QA evaluator are public:
+Search-R1 builds its run with them too."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from typing import Any, Callable, Optional
 
 import jax
 
-import models
-from ssp_jax.rl import train_state as ts
+from ssp_jax.run.components import (Components, load_model, make_retriever, make_sharder,
+                                    resume)
 from ssp_jax.ssp import game as game_lib
 from ssp_jax.ssp import remote, rewards
 from ssp_jax.ssp.answers import default_answers_path, load_answers
@@ -19,66 +21,8 @@ from ssp_jax.ssp.answers import default_answers_path, load_answers
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass
-class Components:
-  config: Any
-  learner: Any
-  engine: Any
-  game: game_lib.SSPGame
-  checkpointer: Any
-  start_step: int
-  pad_id: int = 0
-  frozen_params: Any = None
-  evaluator: Optional[Callable[[Any, int], dict]] = None
-  closers: list = dataclasses.field(default_factory=list)
-
-  def learner_scalars(self) -> dict[str, float]:
-    s = ts.host_scalars(self.learner.state)
-    return {"learner/updates_total": float(s["step"]),
-            "learner/nonfinite_total": float(s["nonfinite_total"])}
-
-  def nonfinite_message(self) -> str:
-    return ts.nonfinite_message(self.learner.state, self.config.rl.max_nonfinite_steps)
-
-  def close(self) -> None:
-    self.checkpointer.close()
-    for fn in self.closers:
-      fn()
-
-
-def make_sharder(config) -> models.Sharder:
-  n = int(config.mesh.num_devices)
-  if jax.process_count() > 1 and n and n != jax.device_count():
-    raise ValueError(f"mesh.num_devices={n}: a run of {jax.process_count()} processes uses all "
-                     f"{jax.device_count()} devices (set it to 0)")
-  devices = jax.devices()[:n or None]
-  mesh = models.make_mesh(tuple(tuple(a) for a in config.mesh.axes), devices)
-  rules = tuple(tuple(r) for r in config.mesh.rules) or models.DEFAULT_RULES
-  return models.Sharder(mesh, rules)
-
-
-def load_model(path: str, sharder, dtype_name: str, chat_format: str):
-  """(model_cfg, params, tokenizer) of a checkpoint path ("" = the embedded default model)."""
-  from ssp_jax.tokenizer import load_tokenizer
-  cfg, params, tok_dir = models.load_checkpoint(path or None, dtype=ts.dtype_of(dtype_name),
-                                                sharder=sharder)
-  return cfg, params, load_tokenizer(tok_dir, chat_format)
-
-
-def make_retriever(rcfg):
-  """An HTTP client when `retrieval.url` is set, else a local index (default: built on first
-  use over the shipped corpus). None on processes other than 0 of a multi-host run: the rollout
-  engine searches on process 0 and broadcasts the results (`ssp_jax.rollout.multihost`)."""
-  import retrieval
-  if jax.process_index() != 0:
-    return None
-  if rcfg.url:
-    return retrieval.HttpRetriever(rcfg.url, timeout=rcfg.timeout_s, retries=rcfg.retries)
-  return retrieval.load_retriever(rcfg.index_dir or retrieval.default_index_dir())
-
-
-def _text_generator(source: str, policy_engine, params_fn, config, sharder, seed: int,
-                    frozen_cache: Optional[dict] = None):
+def text_generator(source: str, policy_engine, params_fn, config, sharder, seed: int,
+                   frozen_cache: Optional[dict] = None):
   """The policy (source "policy"), an OpenAI-compatible endpoint (an http(s) URL, served model
   `ssp.judge.model`) or a frozen checkpoint at `source`, as a TextGenerator. A checkpoint used
   by both the verifier and the judge is loaded once (`frozen_cache`)."""
@@ -167,7 +111,7 @@ def build(config) -> Components:
                                             config.model.chat_format)
   retriever = make_retriever(config.retrieval)
   if config.warmstart.enabled:     # the run starts from (and its KL reference is) these params
-    from ssp_jax.warmstart.run import warm_params
+    from ssp_jax.ssp.warmstart.run import warm_params
     params = warm_params(config, model_cfg, params, tokenizer, retriever, sharder=sharder)
   learner = Learner(model_cfg, config.rl, sharder, params=params)
   frozen = None
@@ -177,12 +121,12 @@ def build(config) -> Components:
   engine = RolloutEngine(model_cfg, tokenizer, config.rollout, retriever, sharder)
   policy = lambda: learner.state["params"]
   frozen_cache: dict = {}
-  verifier = _text_generator(config.ssp.rag.verifier, engine, policy, config, sharder,
-                             config.seed + 1, frozen_cache)
+  verifier = text_generator(config.ssp.rag.verifier, engine, policy, config, sharder,
+                            config.seed + 1, frozen_cache)
   judge = None
   if uses_judge(config):
-    judge = rewards.Judge(_text_generator(config.ssp.judge.source, engine, policy, config,
-                                          sharder, config.seed + 2, frozen_cache),
+    judge = rewards.Judge(text_generator(config.ssp.judge.source, engine, policy, config,
+                                         sharder, config.seed + 2, frozen_cache),
                           max_new_tokens=config.ssp.judge.max_new_tokens,
                           temperature=config.ssp.judge.temperature)
   world_checker = None
@@ -195,18 +139,15 @@ def build(config) -> Components:
                       save_every=config.checkpoint.every, keep=config.checkpoint.keep,
                       async_save=config.checkpoint.async_save, model_config=model_cfg)
   ckpt.register("replay", game.buffer.state_dict, game.buffer.load_state_dict)
-  # the newest checkpoint that restores (a damaged one is moved aside with a warning; one
-  # saved for another model or param dtype is CheckpointMismatch, the checkpointer closed)
-  start, state = ckpt.resume(learner.abstract_state, learner.state_shardings)
-  if state is not None:
-    learner.state = state
-    log.info("resumed from %s/checkpoints/%d", config.workdir, start)
+  start = resume(ckpt, learner, config.workdir)
   pad = tokenizer.pad_id if getattr(tokenizer, "pad_id", None) is not None else 0
   return Components(config, learner, engine, game, ckpt, start, pad, frozen,
-                    _evaluator(config, engine, judge))
+                    qa_evaluator(config, engine, judge))
 
 
-def _evaluator(config, engine, judge) -> Optional[Callable[[Any, int], dict]]:
+def qa_evaluator(config, engine, judge) -> Optional[Callable[[Any, int], dict]]:
+  """The in-training QA evaluation (`eval.every_steps`, `eval.at_start`): (params, step) ->
+  `val/...` metrics, results written under workdir/eval/step_<step>; None when off."""
   if not (config.eval.every_steps or config.eval.get("at_start", False)):
     return None
   from ssp_jax.eval.runner import evaluate, load_eval_sets
@@ -219,3 +160,15 @@ def _evaluator(config, engine, judge) -> Optional[Callable[[Any, int], dict]]:
                     judge=judge if config.eval.judge else None, seed=config.seed,
                     out_dir=out_dir if jax.process_index() == 0 else None)   # written once
   return run
+
+
+def eval_judge(config, engine, params, sharder) -> rewards.Judge:
+  """The judge of `ssp-jax eval` (`config.eval.judge="ssp"`: the judge of `config.ssp.judge`)
+  over the evaluated `params`."""
+  if config.eval.judge != "ssp":
+    raise ValueError(f"config.eval.judge={config.eval.judge!r}: use \"\" (off) or \"ssp\" (the "
+                     "judge of config.ssp.judge)")
+  gen = text_generator(config.ssp.judge.source, engine, lambda: params, config, sharder,
+                        config.seed + 2)
+  return rewards.Judge(gen, max_new_tokens=config.ssp.judge.max_new_tokens,
+                       temperature=config.ssp.judge.temperature)

@@ -1,5 +1,6 @@
 """The `ssp` section of a run config (the game's knobs, paper Algorithm 1 and App. A) and the
-whole run-config skeleton that `configs/*.py` start from.
+SSP run config that `configs/*.py` start from (the game-neutral skeleton of ssp_jax/run/config.py
+with the warm start, `ssp` and `eval` sections).
 
   from ssp_jax.ssp.config import base_run_config
   config = base_run_config()         # then --config.ssp.rag.noise_docs=7 etc.
@@ -85,48 +86,21 @@ def get_ssp_config() -> ml_collections.ConfigDict:
 
 
 def base_run_config() -> ml_collections.ConfigDict:
-  """Every section of an SSP run config, composed from its owner's `get_*_config()`; run configs
-  (`configs/*.py`) start from this and override fields."""
+  """Every section of an SSP run config: the game-neutral skeleton (ssp_jax/run/config.py) with
+  the warm start, the `ssp` section and the QA evaluation; run configs (`configs/*.py`) start from this and
+  override fields."""
   from ssp_jax.eval.config import get_eval_config
   from ssp_jax.rl.config import get_rl_config
-  from ssp_jax.rollout.config import get_rollout_config
-  c = ml_collections.ConfigDict()
+  from ssp_jax.run.config import base_run_config as run_base
+  from ssp_jax.ssp.warmstart import get_warmstart_config
+  c = run_base()
   c.workdir = "runs/ssp"        # metrics.jsonl, tb/, samples/, checkpoints/
   c.total_steps = 200           # SSP steps (each: proposer + solver rollouts + updates)
-  c.seed = 0                    # rollout RNG (per step: fold_in(seed, step))
-  c.tensorboard = True          # TensorBoard events under workdir/tb
-  c.progress = True             # tqdm progress bar on stderr
-  c.distributed = False         # multi-host: call jax.distributed.initialize() first
-
-  c.model = ml_collections.ConfigDict()
-  c.model.path = ""             # HF dir or .gguf; "" = embedded SmolLM2-135M-Instruct GGUF
-  c.model.chat_format = "auto"  # auto (checkpoint's template) | chatml | llama3
-
-  c.mesh = ml_collections.ConfigDict()
-  c.mesh.axes = (("data", -1), ("tensor", 1))  # mesh axes and sizes (-1: remaining devices)
-  c.mesh.rules = ()             # logical -> mesh rules; () = models.DEFAULT_RULES
-  c.mesh.num_devices = 0        # use the first N devices (0 = all)
-
-  c.retrieval = ml_collections.ConfigDict()
-  c.retrieval.index_dir = ""    # `ssp-jax index build` output; "" = default MiniLM index
-  c.retrieval.url = ""          # http://host:port of `ssp-jax retrieve` (overrides index_dir)
-  c.retrieval.timeout_s = 30.0  # HTTP client timeout per call
-  c.retrieval.retries = 3       # HTTP client retries
-  c.retrieval.on_unreachable = "error"  # url probed at start: "error" (exit 2) | "warn" (run;
-                                        # each failed search is counted in search/failed_rate)
-
-  c.checkpoint = ml_collections.ConfigDict()
-  c.checkpoint.every = 5        # save every N steps (and at the last step)
-  c.checkpoint.keep = 3         # checkpoints kept
-  c.checkpoint.async_save = True
-
-  from ssp_jax.warmstart import get_warmstart_config
   c.warmstart = get_warmstart_config()  # format SFT before self-play (small models; not paper)
-  c.rollout = get_rollout_config()
   c.rl = get_rl_config(roles={"proposer": "reinforce",   # one sample per answer: A = r
                                "solver": "grpo"})        # a group of solver_n per question
   c.ssp = get_ssp_config()
-  c.eval = get_eval_config()
+  c.eval = get_eval_config()    # the QA evaluation with search (ssp_jax/eval)
   c.eval.every_steps = 0        # in-training validation every N steps (0: off)
   c.eval.at_start = False       # and of the starting policy, logged as step 0 (fresh runs only)
   return c

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from typing import Optional, Sequence, Union
 
-from ssp_jax.metrics import normalize_answer
+from ssp_jax.metrics import aliases, contains_answer  # noqa: F401  (aliases: re-exported)
 from ssp_jax.types import Trajectory
 
 Answer = Union[str, Sequence[str]]
@@ -51,15 +51,6 @@ class FilterConfig:
     return cls(**{k: v for k, v in dict(cfg).items() if k in names})
 
 
-def aliases(answer: Answer) -> list[str]:
-  """The ground truth as a list of non-empty aliases (a string is one alias)."""
-  items = [answer] if isinstance(answer, str) else list(answer)
-  out = [str(a) for a in items if str(a).strip()]
-  if not out:
-    raise ValueError(f"ground truth {answer!r} has no non-empty alias; fix the answer set line")
-  return out
-
-
 def policy_text(text: str) -> str:
   """The response with `<information>` observation blocks removed (tags in retrieved documents
   must not count as the proposer's own question)."""
@@ -93,12 +84,7 @@ def check_length(question: str, cfg: FilterConfig) -> Optional[str]:
 
 def check_answer_leak(question: str, answer: Answer) -> Optional[str]:
   """Rejects if any normalised alias appears in the normalised question (on word boundaries)."""
-  q = f" {normalize_answer(question)} "
-  for alias in aliases(answer):
-    a = normalize_answer(alias)
-    if a and f" {a} " in q:
-      return ANSWER_LEAK
-  return None
+  return ANSWER_LEAK if contains_answer(question, answer) else None
 
 
 def check_searches(traj: Trajectory, cfg: FilterConfig) -> Optional[str]:

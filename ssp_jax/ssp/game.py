@@ -24,6 +24,8 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
+from ssp_jax.eval.prompts import SOLVER_STOPS
+from ssp_jax.run.game import StepOutput
 from ssp_jax.ssp import filters, prompts, rag, replay, rewards
 from ssp_jax.ssp.answers import AnswerItem
 from ssp_jax.types import Trajectory
@@ -35,7 +37,6 @@ ROLES = (PROPOSER, SOLVER)        # the game's roles: one `rl.roles` entry each
 UPDATE_ORDER = (PROPOSER, SOLVER)  # rl.update_schedule="by_role": the original's order
 MODES = ("selfplay", "solver_only", "proposer_only")
 PROPOSER_STOPS = ("</search>", "</question>")
-SOLVER_STOPS = ("</search>", "</answer>")
 
 
 class PolicyText:
@@ -72,16 +73,6 @@ class Proposal:
   verdict: Optional[rag.Verdict] = None
   reward: float = 0.0
   trained: bool = True                # False: a valid proposal beyond the batch target (resample)
-
-
-@dataclasses.dataclass
-class StepOutput:
-  trajectories: list[Trajectory]      # what the learner trains on
-  rewards: np.ndarray                 # float32 [N]
-  roles: np.ndarray                   # str [N] role names (the game's ROLES)
-  prompt_index: np.ndarray            # [N] group id (rows of one prompt stay in one mini-batch)
-  metrics: dict[str, float]
-  samples: list[dict]
 
 
 class SSPGame:

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
+from ssp_jax.eval.prompts import (  # noqa: F401  (the solver's prompt: the QA evaluation's)
+    SOLVER_STOPS, SOLVER_SYSTEM, SOLVER_USER, closed_book_messages, solver_messages)
+
 Messages = list[dict[str, str]]
 Answer = Union[str, Sequence[str]]
 
@@ -58,17 +61,6 @@ The answer is: {answer}
 Write a question whose answer is exactly this and that needs {hops} searches to solve. Search \
 first, verify your facts, make sure the question is not too simple, then give it inside \
 <question> and </question>."""
-
-SOLVER_SYSTEM = "You are a helpful and harmless assistant."
-
-SOLVER_USER = """\
-Answer the given question. You must reason inside <think> and </think> first every time you get \
-new information. If you find you lack some knowledge, you can call a search engine by \
-<search> query </search>, and it will return the top search results between <information> and \
-</information>. You can search as many times as you want. If you find no further external \
-knowledge is needed, you can directly provide the answer inside <answer> and </answer>, without \
-detailed illustrations. For example, <answer> Beijing </answer>. Question: {question}
-"""
 
 VERIFIER_SYSTEM = "You are a careful reader who answers questions from the given materials."
 
@@ -124,26 +116,6 @@ def proposer_messages(answer: Answer, hops: int, examples: Sequence[str] = ()) -
       {"role": "user", "content": PROPOSER_USER.format(answer=answer_text(answer),
                                                       hops=int(hops))},
   ]
-
-
-def solver_messages(question: str) -> Messages:
-  """Solver prompt (the Search-R1 instruction) for one question."""
-  return [{"role": "system", "content": SOLVER_SYSTEM},
-          {"role": "user", "content": SOLVER_USER.format(question=question.strip())}]
-
-
-CLOSED_BOOK_USER = """\
-Answer the given question from your own knowledge; no search engine is available. You may reason \
-inside <think> and </think> first, then give the answer inside <answer> and </answer>, without \
-detailed illustrations. For example, <answer> Beijing </answer>. Question: {question}
-"""
-
-
-def closed_book_messages(question: str) -> Messages:
-  """The solver's question without the search tool (`ssp-jax eval --closed-book`): what the
-  policy recalls of a fact, e.g. near 0 on a generated world's invented names."""
-  return [{"role": "system", "content": SOLVER_SYSTEM},
-          {"role": "user", "content": CLOSED_BOOK_USER.format(question=question.strip())}]
 
 
 def verifier_messages(question: str, materials: str) -> Messages:

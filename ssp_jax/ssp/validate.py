@@ -3,86 +3,9 @@ from __future__ import annotations
 
 import os
 
-from models import registry as model_registry
-from ssp_jax.config_ranges import RangeError, check_range
-from ssp_jax.rl.config import check_rl_config
-from ssp_jax.rl.registry import RLConfigError
-from ssp_jax.rollout.config import check_rollout_config
+from ssp_jax.run.validate import (ConfigError, check_budgets, check_sections, choice, in_range,
+                                  path, positive)
 from ssp_jax.ssp import game, http_deadline, remote, replay, rewards
-
-
-class ConfigError(ValueError):
-  pass
-
-
-def _choice(name: str, value, allowed) -> None:
-  if value not in allowed:
-    raise ConfigError(f"config.{name}={value!r} is not one of {tuple(allowed)}")
-
-
-def _path(name: str, value: str, special=("",), file: bool = False) -> None:
-  """An existing local path (or a registry model, or one of `special`); `file`: a file, not a
-  directory (a directory there would fail later with IsADirectoryError, after the model load)."""
-  if value.startswith(model_registry.PREFIX):  # an offline model joined from registry packages
-    try:
-      model_registry.lookup(value)
-    except ValueError as e:
-      raise ConfigError(f"config.{name}={value!r}: {e}") from None
-    return
-  if value in special:
-    return
-  if not os.path.exists(os.path.expanduser(value)):
-    raise ConfigError(f"config.{name}={value!r} does not exist; give a local path "
-                      f"(no downloads at run time) or {special[-1]!r} for the default")
-  if file and os.path.isdir(os.path.expanduser(value)):
-    raise ConfigError(f"config.{name}={value!r} is a directory; give the path of a file in it")
-
-
-def _positive(name: str, value, minimum: int = 1) -> None:
-  if int(value) < minimum:
-    raise ConfigError(f"config.{name}={value} must be >= {minimum}")
-
-
-def check_budgets(config, role_budgets: dict) -> None:
-  """Token budgets that leave something to generate and to train: a response budget of 0
-  would "train" on empty responses, and an rl.max_len that a full prompt fills would train on
-  none of the response. `role_budgets` maps "section.field" -> value (0 = rollout's budget)."""
-  r = config.rollout
-  _positive("rollout.max_prompt_tokens", r.max_prompt_tokens)
-  if int(r.max_response_tokens) < 1:
-    raise ConfigError(f"config.rollout.max_response_tokens={r.max_response_tokens} leaves no "
-                      "token to generate, so nothing to train; set it >= 1 (e.g. 192)")
-  for name, value in role_budgets.items():
-    if int(value) < 0:
-      raise ConfigError(f"config.{name}={value} must be >= 0 (0 = "
-                        "rollout.max_response_tokens)")
-  if int(config.rl.max_len) <= int(r.max_prompt_tokens):
-    raise ConfigError(f"config.rl.max_len={config.rl.max_len} must exceed "
-                      f"config.rollout.max_prompt_tokens={r.max_prompt_tokens}, or a full prompt "
-                      "leaves no response token to train on; raise rl.max_len")
-
-
-def check_sections(config, roles) -> None:
-  """The sections every game shares (`rl` against the game's declared `roles`, `rollout`, and
-  `warmstart` where the config has one), as ConfigErrors: one place for every validator."""
-  try:
-    check_rl_config(config.rl, roles)
-    check_rollout_config(config.rollout)
-    w = config.get("warmstart")
-    if w is not None and w.get("enabled", False):
-      for name, low in (("lr", 0), ("epochs", 1), ("batch_size", 1), ("max_len", 1),
-                        ("sources", 1)):
-        check_range("warmstart", w, name, low)
-  except (RangeError, RLConfigError) as e:
-    raise ConfigError(str(e)) from None
-
-
-def in_range(section: str, cfg, name: str, *bounds, **kw) -> None:
-  """`ssp_jax.config_ranges.check_range` raising ConfigError."""
-  try:
-    check_range(section, cfg, name, *bounds, **kw)
-  except RangeError as e:
-    raise ConfigError(str(e)) from None
 
 
 def check_game_values(s) -> None:
@@ -102,17 +25,17 @@ def validate_config(config) -> None:
   check_game_values(s)
   check_budgets(config, {"ssp.proposer_max_new_tokens": s.proposer_max_new_tokens,
                          "ssp.solver_max_new_tokens": s.solver_max_new_tokens})
-  _positive("ssp.rag.max_new_tokens", s.rag.max_new_tokens)
+  positive("ssp.rag.max_new_tokens", s.rag.max_new_tokens)
   if not config.workdir:
     raise ConfigError("config.workdir is empty; set --config.workdir=/path/to/run")
-  _positive("total_steps", config.total_steps, minimum=0)   # 0: prepare (index, warm start) only
-  _positive("ssp.batch_size", s.batch_size)
-  _positive("ssp.proposer_n", s.proposer_n)
-  _positive("ssp.solver_n", s.solver_n)
-  _choice("ssp.mode", s.mode, game.MODES)
-  _choice("ssp.fill.strategy", s.fill.strategy, replay.STRATEGIES)
-  _choice("ssp.reward.solver", s.reward.solver, rewards.SOLVER_MODES)
-  _choice("ssp.reward.proposer", s.reward.proposer, rewards.PROPOSER_MODES)
+  positive("total_steps", config.total_steps, minimum=0)   # 0: prepare (index, warm start) only
+  positive("ssp.batch_size", s.batch_size)
+  positive("ssp.proposer_n", s.proposer_n)
+  positive("ssp.solver_n", s.solver_n)
+  choice("ssp.mode", s.mode, game.MODES)
+  choice("ssp.fill.strategy", s.fill.strategy, replay.STRATEGIES)
+  choice("ssp.reward.solver", s.reward.solver, rewards.SOLVER_MODES)
+  choice("ssp.reward.proposer", s.reward.proposer, rewards.PROPOSER_MODES)
   for role in (game.SOLVER, game.PROPOSER):
     est, n = config.rl.roles[role].estimator, s[f"{role}_n"]
     if est in ("grpo", "rloo") and n < 2:
@@ -124,15 +47,15 @@ def validate_config(config) -> None:
                       "could pass")
   if s.rag.noise_docs < 0:
     raise ConfigError("config.ssp.rag.noise_docs must be >= 0")
-  _path("ssp.answers_path", s.answers_path, file=True)
+  path("ssp.answers_path", s.answers_path, file=True)
   world_dir = s.get("world_dir", "")
   if world_dir and not os.path.isfile(os.path.join(os.path.expanduser(world_dir), "world.json")):
     raise ConfigError(f"config.ssp.world_dir={world_dir!r} holds no world.json; give a directory "
                       "made by `ssp-jax world build --seed 0 --out DIR` (or ssp_jax.world."
                       "ensure_world()), or \"\" to turn the world metrics off")
-  _path("model.path", config.model.path)
-  _path("retrieval.index_dir", config.retrieval.index_dir)
-  _choice("retrieval.on_unreachable", config.retrieval.get("on_unreachable", "error"),
+  path("model.path", config.model.path)
+  path("retrieval.index_dir", config.retrieval.index_dir)
+  choice("retrieval.on_unreachable", config.retrieval.get("on_unreachable", "error"),
           ("error", "warn"))
   _check_endpoint_client(s)
   for name, source in (("ssp.rag.verifier", s.rag.verifier), ("ssp.judge.source", s.judge.source)):
@@ -147,7 +70,7 @@ def validate_config(config) -> None:
   if config.eval.every_steps or config.eval.get("at_start", False):
     for name, spec in config.eval.datasets.items():
       if ":" not in spec.split("/")[0]:        # a file path (not builtin:/tfds: specs)
-        _path(f"eval.datasets.{name}", spec, file=True)
+        path(f"eval.datasets.{name}", spec, file=True)
 
 
 def _check_endpoint_client(s) -> None:
@@ -164,9 +87,9 @@ def _check_endpoint_client(s) -> None:
       raise ConfigError(f"config.{name} has credentials in its URL ({bad}); remove them and put "
                         "the key in an environment variable named by "
                         "--config.ssp.judge.api_key_env (e.g. OPENAI_API_KEY)")
-  _positive("ssp.judge.max_concurrency", j.max_concurrency)
-  _positive("ssp.judge.retries", j.retries, minimum=0)
-  _positive("ssp.judge.max_reply_bytes", j.get("max_reply_bytes", 1 << 20))
+  positive("ssp.judge.max_concurrency", j.max_concurrency)
+  positive("ssp.judge.retries", j.retries, minimum=0)
+  positive("ssp.judge.max_reply_bytes", j.get("max_reply_bytes", 1 << 20))
   for field in ("timeout_s", "call_deadline_s"):
     if float(j.get(field, 1.0)) <= 0:
       raise ConfigError(f"config.ssp.judge.{field}={j[field]} must be > 0")

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import jax
 
-from ssp_jax.ssp.build import Components, load_model, make_sharder
+from ssp_jax.run.components import Components, load_model, make_sharder
 from ssp_jax.svs import game as game_lib
 from ssp_jax.svs import prompts
 from ssp_jax.svs.data import ProblemIterator, default_train_path, fit_prompt_budget, load_problems

@@ -71,12 +71,13 @@ def get_svs_eval_config() -> ml_collections.ConfigDict:
 
 
 def base_run_config() -> ml_collections.ConfigDict:
-  """The SSP run skeleton (model, mesh, checkpoint, rollout, rl sections) with the SvS game:
-  no retriever and no `ssp` section; GRPO for both roles, no KL, clip 0.2/0.28 (the original's scripts)."""
+  """The game-neutral run skeleton (ssp_jax/run/config.py: model, mesh, checkpoint, rollout, rl
+  sections) with the SvS game: no retriever; GRPO for both roles, no KL, clip 0.2/0.28 (the
+  original's scripts)."""
   from ssp_jax.rl.roles import roles_config
-  from ssp_jax.ssp.config import base_run_config as ssp_base
-  c = ssp_base()
-  del c.ssp, c.retrieval
+  from ssp_jax.run.config import base_run_config as run_base
+  c = run_base()
+  del c.retrieval
   c.game = "svs"                # `ssp-jax train` dispatches on it ("ssp" when absent)
   c.workdir = "runs/svs"
   c.total_steps = 300           # steps (one batch of problems each, skipped steps included)

@@ -187,14 +187,16 @@ def evaluate(engine, params, sets, eval_cfg, *, out_dir: Optional[str] = None,
   return flat_metrics(results, prefix)
 
 
-def run_cli(config, specs: dict[str, str], checkpoint: Optional[str], out_dir: str) -> int:
+def run_cli(config, specs: dict[str, str], checkpoint: Optional[str], out_dir: str, *,
+            closed_book: bool = False, config_path: str = "") -> int:
   """`ssp-jax eval` for an SvS config: loads the policy (`--checkpoint` as for SSP), samples,
-  scores, writes OUT/results.json and prints the table."""
+  scores, writes OUT/results.json and prints the table. The problems have no search tool, so
+  `closed_book` changes nothing; `config_path` is unused."""
   from ssp_jax.eval import outputs
   from ssp_jax.eval.build import load_policy
   from ssp_jax.eval.runner import progress_batch_size
   from ssp_jax.rollout import RolloutEngine
-  from ssp_jax.ssp.build import make_sharder
+  from ssp_jax.run.components import make_sharder
   previous = outputs.prepare(out_dir, "math")         # an unusable --out before any work
   sets = load_eval_sets(config.eval, specs)           # data errors surface before the model
   sharder = make_sharder(config)

@@ -28,8 +28,8 @@ Roles (`ROLES`): solving (OQA, SPA) is the `solver` role and synthesis (VPS) the
 role, each with its `rl.roles.<name>` entry (estimator "grpo" in SvS configs; `loss_weight` can
 weight them).
 
-`SvSGame.play(params, step, key)` has the interface of `ssp_jax.ssp.game.SSPGame.play`, so the
-SSP trainer's `train_one_step` drives it.
+`SvSGame.play(params, step, key)` is the `ssp_jax.run.game.Game` protocol's `play`, so the
+shared loop's `train_one_step` (ssp_jax/run/trainer.py) drives it.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
-from ssp_jax.ssp.game import StepOutput
+from ssp_jax.run.game import StepOutput
 from ssp_jax.svs import math_grader, prompts
 from ssp_jax.svs.data import MathProblem, ProblemIterator
 from ssp_jax.svs.grade_pool import GradePool

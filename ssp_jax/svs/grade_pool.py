@@ -70,7 +70,7 @@ def check_budgets(svs_cfg) -> None:
                            svs_cfg.get("grader_answer_timeout_s", ANSWER_TIMEOUT_S),
                            svs_cfg.get("grader_batch_timeout_s", BATCH_TIMEOUT_S))
   if problem:
-    from ssp_jax.ssp.validate import ConfigError
+    from ssp_jax.run.validate import ConfigError
     raise ConfigError(problem)
 
 

@@ -1,7 +1,7 @@
 """The SvS training loop behind `ssp-jax train` for configs with `game = "svs"`.
 
-It is the SSP trainer's loop (`ssp_jax.ssp.trainer.train`) with the SvS config checks, components
-and progress fields, so it writes what the SSP trainer writes into `config.workdir`
+It is the game-neutral loop (`ssp_jax.run.trainer.train`) with the SvS config checks, components
+and progress fields, so it writes what every game writes into `config.workdir`
 (metrics.jsonl, tb/, samples/, checkpoints/; the SvS keys are in docs/svs.md) and resumes the
 same way. Each step consumes the next `svs.batch_size` problems; a step with no under-performing
 problem is skipped (no update, `svs/skipped` = 1) but still counts as a step and is logged and
@@ -11,19 +11,15 @@ command continues as the original run would have.
 """
 from __future__ import annotations
 
-from ssp_jax.ssp import trainer as ssp_trainer
+from ssp_jax.run import trainer as run_trainer
 from ssp_jax.svs.build import build
 from ssp_jax.svs.validate import validate_config
 
-SHORT = {"oqa/accuracy": "oqa", "spa/accuracy": "spa", "svs/skipped_total": "skipped",
+PROGRESS = {"oqa/accuracy": "oqa", "spa/accuracy": "spa", "svs/skipped_total": "skipped",
          "loss": "loss"}
-
-
-def _postfix(metrics: dict) -> dict[str, str]:
-  return {short: f"{metrics.get(k, 0.0):.3g}" for k, short in SHORT.items()}
 
 
 def train(config) -> int:
   """Runs (or resumes) SvS training to `config.total_steps`; returns the exit code."""
-  return ssp_trainer.train(config, validate=validate_config, build_fn=build, desc="svs",
-                           postfix=_postfix)
+  return run_trainer.train(config, validate=validate_config, build_fn=build, desc="svs",
+                           progress=PROGRESS)

@@ -28,9 +28,8 @@ import re
 import unicodedata
 from typing import Optional, Sequence, Union
 
-from ssp_jax.metrics import normalize_answer
-from ssp_jax.ssp.filters import aliases as answer_aliases
-from ssp_jax.ssp.filters import check_answer_leak
+from ssp_jax.metrics import aliases as answer_aliases
+from ssp_jax.metrics import contains_answer, normalize_answer
 from ssp_jax.world.build import CORPUS, WORLD
 from ssp_jax.world.names import name_key
 from ssp_jax.world.schema import answer_forms
@@ -198,6 +197,6 @@ class WorldChecker:
 
 def _leaks(question: str, answer: Answer) -> bool:
   try:
-    return check_answer_leak(question, answer) is not None
+    return contains_answer(question, answer)
   except ValueError:                  # an answer without a non-empty alias leaks nothing
     return False

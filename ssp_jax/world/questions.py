@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import collections
 import json
-from ssp_jax.ssp.filters import check_answer_leak
+
+from ssp_jax.metrics import contains_answer
 from ssp_jax.world import phrasing
 from ssp_jax.world.graph import Graph
 from ssp_jax.world.names import name_key
@@ -49,7 +50,7 @@ class _Maker:
     key = json.dumps(path, sort_keys=True)
     if text in self.texts or key in self.paths:
       return False
-    if kind != "comparison" and check_answer_leak(text, golden):
+    if kind != "comparison" and contains_answer(text, golden):
       return False
     self.texts.add(text)
     self.paths.add(key)

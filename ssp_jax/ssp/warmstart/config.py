@@ -21,5 +21,5 @@ def get_warmstart_config() -> ml_collections.ConfigDict:
   c.demos = "blank"      # "blank": fill-in-the-blank questions from the answer set's passages
                          # (one question form); "world": the train questions of the run's world
                          # (`ssp.world_dir`), many forms and 1-3 hops, replayed with the real
-                         # retriever (ssp_jax/warmstart/world_demos.py)
+                         # retriever (ssp_jax/ssp/warmstart/world_demos.py)
   return c

@@ -26,7 +26,7 @@ lays out a search rollout: policy text up to `</search>`, then the observation t
 
 This is not part of the SSP paper (its 7B policy needs no warm start); it is off in the paper
 configs (`warmstart.enabled`, docs/training.md). Inspect what is built with
-  python -m ssp_jax.warmstart.demos --out /tmp/demos.jsonl
+  python -m ssp_jax.ssp.warmstart.demos --out /tmp/demos.jsonl
 """
 from __future__ import annotations
 
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
   config_loader.add_config_arguments(ap, default="configs/tiny.py")
   ap.add_argument("--out", required=True)
   args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-  from ssp_jax.warmstart.run import demos_for_config
+  from ssp_jax.ssp.warmstart.run import demos_for_config
   config = config_loader.config_from_args(args)
   demos, tok = demos_for_config(config)
   with open(args.out, "w", encoding="utf-8") as f:

@@ -1,10 +1,12 @@
-"""The SSP training loop behind `ssp-jax train`.
+"""The training loop behind `ssp-jax train`, the same for every game: a game's entry
+(ssp_jax/<game>/entry.py or trainer.py) calls `train` with its config checks, its `build`
+(-> `ssp_jax.run.components.Components`, whose `game` plays the steps) and its progress-bar fields.
 
 Writes into `config.workdir`:
   metrics.jsonl        one JSON object per step (see docs/training.md for the keys)
   tb/                  TensorBoard events (tensorboardX)
-  samples/samples_<step>.jsonl   inspection records of the step's proposals and solver attempts
-  checkpoints/<step>/  orbax checkpoints (params, optimizer state, replay buffer)
+  samples/samples_<step>.jsonl   inspection records of the step (the game's `samples`)
+  checkpoints/<step>/  orbax checkpoints (params, optimizer state, the game's extra state)
 
 Restarting the same command resumes from the latest checkpoint: the metrics and sample files are
 cut back to that step (what a crashed step wrote is redone, never duplicated), and every random
@@ -18,6 +20,8 @@ import os
 import signal
 import threading
 import time
+from typing import Any, Callable
+
 import jax
 import numpy as np
 
@@ -25,12 +29,9 @@ from ssp_jax.quiet import logs_above_bars
 from ssp_jax.rl.config import BY_ROLE
 from ssp_jax.rl.roles import RoleTable
 from ssp_jax.rl.schedule import role_update_counts, run_updates, step_batch
-from ssp_jax.ssp import game as game_lib
-from ssp_jax.ssp.build import Components, build
-from ssp_jax.ssp.validate import validate_config
+from ssp_jax.run.components import Components
 
 log = logging.getLogger(__name__)
-MAIN_METRICS = ("proposer/valid_rate", "solver/reward_mean", "loss")
 
 
 def _mean_update_metrics(updates: list[dict]) -> dict[str, float]:
@@ -185,23 +186,20 @@ class StopOnSignal:
     return False
 
 
-def _postfix(metrics: dict) -> dict[str, str]:
-  short = {"proposer/valid_rate": "valid", "solver/reward_mean": "solve", "loss": "loss"}
-  return {short[k]: f"{metrics.get(k, 0.0):.3g}" for k in MAIN_METRICS}
-
-
-def train(config, *, validate=validate_config, build_fn=build, desc: str = "ssp",
-          postfix=_postfix) -> int:
+def train(config, *, validate: Callable, build_fn: Callable[[Any], Components], desc: str,
+          progress: dict[str, str]) -> int:
   """Runs (or resumes) training to `config.total_steps`; returns the exit code.
 
-  Another game runs this same loop with its own config checks, components and progress-bar
-  fields (`ssp_jax/svs/trainer.py`: validate, build_fn, desc, postfix)."""
+  validate(config) raises a ConfigError before anything is built; build_fn(config) returns the
+  run's Components; `desc` names the progress bar and `progress` maps the metric keys it shows
+  to their short names (`ssp_jax/ssp/entry.py`)."""
   validate(config)
   done = latest_checkpoint(config.workdir)
   if done is not None and done >= int(config.total_steps):
     log.info("%s already has checkpoint %d >= total_steps=%d; nothing to do", config.workdir,
              done, config.total_steps)
     return 0
+  postfix = lambda m: {short: f"{m.get(k, 0.0):.3g}" for k, short in progress.items()}
   with StopOnSignal() as stop:
     return _train_loop(config, build_fn, desc, postfix, stop)
 

@@ -1,6 +1,6 @@
 """Warm-start demonstrations built from a world's graph (`warmstart.demos = "world"`).
 
-The default demonstrations (`ssp_jax/warmstart/demos.py`) teach one question form, a sentence
+The default demonstrations (`ssp_jax/ssp/warmstart/demos.py`) teach one question form, a sentence
 of a retrieved passage with the answer blanked out; a proposer warm-started on them writes only
 that form, its questions are easy to search, and its reward stays near zero (docs/results.md).
 On a world (`ssp-jax world build`, docs/world.md) the labeled train questions have many forms
@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from ssp_jax.ssp import filters, prompts, rag
-from ssp_jax.warmstart.demos import Demo, _contains, _search, _visible, assemble
+from ssp_jax.ssp.warmstart.demos import Demo, _contains, _search, _visible, assemble
 
 
 @dataclasses.dataclass

@@ -28,8 +28,8 @@ import jax
 
 import models
 from models.cache import cache_root, ensure_writable, write_failed
-from ssp_jax.warmstart import demos as demos_lib
-from ssp_jax.warmstart.sft import sft
+from ssp_jax.ssp.warmstart import demos as demos_lib
+from ssp_jax.ssp.warmstart.sft import sft
 
 log = logging.getLogger(__name__)
 VERSION = 3      # bump when the demonstrations or the SFT change meaning
@@ -78,7 +78,7 @@ def build_demos(config, tokenizer, retriever) -> list[demos_lib.Demo]:
   if kind not in DEMO_SOURCES:
     raise ValueError(f"warmstart.demos={kind!r} is not one of {DEMO_SOURCES}")
   if kind == "world":
-    from ssp_jax.warmstart import world_demos
+    from ssp_jax.ssp.warmstart import world_demos
     world_dir = config.ssp.get("world_dir", "")
     if not world_dir:
       raise ValueError("warmstart.demos='world' needs ssp.world_dir (a directory written by "
@@ -124,8 +124,8 @@ def fit_to_rows(demos: list[demos_lib.Demo], max_len: int) -> list[demos_lib.Dem
 
 
 def demos_for_config(config):
-  """(demonstrations, tokenizer) of a config, for inspection (`python -m ssp_jax.warmstart.demos`)."""
-  from ssp_jax.ssp.build import load_model, make_retriever
+  """(demonstrations, tokenizer) of a config, for inspection (`python -m ssp_jax.ssp.warmstart.demos`)."""
+  from ssp_jax.run.components import load_model, make_retriever
   _, _, tok = load_model(config.model.path, None, "float32", config.model.chat_format)
   return build_demos(config, tok, make_retriever(config.retrieval)), tok
 
