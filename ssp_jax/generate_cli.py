@@ -16,8 +16,8 @@ question of the SSP solver's search-agent prompt (`ssp_jax/ssp/prompts.py`, the 
 instruction: think, `<search>`, `<answer>`; `--search-prompt none` sends the prompt alone,
 `--search-prompt FILE` a template of yours), the stops are `</answer>` (unless --stop gives
 others) and `</search>` (always: it is what triggers the retriever), and a response that the
-token limit cuts right after a search keeps that search's observation (`"last_observation":
-true`).
+token limit cuts right after a search keeps that search's observation, cut to the limit
+(`"last_observation": true`).
 A prompt longer than --max-prompt-tokens is refused naming the limit, or with
 --long-prompt truncate its user content is cut (its beginning kept, the chat template and system
 message intact) and the output line says "truncated": true.
