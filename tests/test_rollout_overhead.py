@@ -1,7 +1,7 @@
 """Where multi-turn rollout time goes, and what must not come back: the engine's time breakdown
-(the stats `generate` returns), no recompilation in a second identical rollout, the write-first decode
-attention equal to the read-only one in whole rollouts, and the decode step's compiled scratch
-memory (the 7B multi-turn step once needed 33.5 GiB of it; bench/decode_memory.py)."""
+(the stats `generate` returns), no recompilation in a second identical rollout, the write-first
+decode attention equal to the read-only one in whole rollouts, and the decode step's compiled
+scratch memory (the 7B multi-turn step once needed 33.5 GiB of it; bench/decode_memory.py)."""
 import os
 import sys
 
