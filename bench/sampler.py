@@ -172,28 +172,26 @@ def _profiled(tag: str, fn) -> None:
 def _timed_generate(eng, params, prompts, budgets):
   warm = {}
   if WARMUP:
-    eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
-    warm = {"warmup_wall_s": round(eng.stats["wall_s"], 3),
-            "warmup_compiles": eng.stats["compiles"],
-            "warmup_compile_s": round(eng.stats["compile_s"], 3)}
+    _, first = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
+    warm = {"warmup_wall_s": round(first["wall_s"], 3),
+            "warmup_compiles": first["compiles"],
+            "warmup_compile_s": round(first["compile_s"], 3)}
   t0 = time.perf_counter()
-  trajs = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
+  trajs, stats = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
   wall = time.perf_counter() - t0
   policy = sum(sum(t.loss_mask) for t in trajs)
   total = sum(len(t.response_ids) for t in trajs)
   reasons = {r: sum(t.stop_reason == r for t in trajs) for r in {t.stop_reason for t in trajs}}
-  compile_s = float(eng.stats.get("compile_s", 0.0))   # > 0 only with --no-warmup
-  stats = dict(eng.stats)
+  compile_s = float(stats.get("compile_s", 0.0))   # > 0 only with --no-warmup
   _profiled(f"engine_b{eng.cfg.batch_size}_{eng.cfg.kv_layout}_{eng.cfg.decode_attention}",
             lambda: eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets))
-  eng.stats = stats
   return {"wall_s": round(wall, 3), "policy_tok_s": round(policy / wall, 1),
           "compile_s": round(compile_s, 3),
           "policy_tok_s_excl_compile": round(policy / max(wall - compile_s, 1e-9), 1),
           "all_tok_s": round(total / wall, 1), "policy_tokens": policy, "all_tokens": total,
           "searches": sum(t.num_searches for t in trajs), "stop_reasons": reasons,
           "engine_stats": {k: round(v, 3) if isinstance(v, float) else v
-                           for k, v in eng.stats.items()}, **warm}
+                           for k, v in stats.items() if k != "compiled_functions"}, **warm}
 
 
 def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_max_tokens,
@@ -233,7 +231,7 @@ def paper_step(name, cfg, B, P, dtype, max_obs, layout, kv_max_tokens, a):
           "decode_attention": eng.cfg.decode_attention, "rollout_s": res.pop("wall_s"), **res}, eng
 
 
-def memory_line(name, cfg, dtype, eng, after: str):
+def memory_line(name, cfg, dtype, eng, after: str, engine_stats: dict):
   """Peak device bytes (process-wide so far) against weights + KV-cache estimates."""
   stats = jax.devices()[0].memory_stats() or {}
   peak = stats.get("peak_bytes_in_use")
@@ -243,7 +241,7 @@ def memory_line(name, cfg, dtype, eng, after: str):
   tok_bytes = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(dtype).itemsize
   c = eng.cfg
   if c.kv_layout == "paged":
-    kv = int(eng.stats.get("kv_pages_peak", 0)) * int(c.page_size) * tok_bytes
+    kv = int(engine_stats.get("kv_pages_peak", 0)) * int(c.page_size) * tok_bytes
   else:
     kv = int(c.batch_size) * (int(c.max_prompt_tokens) + int(c.max_response_tokens)
                               + int(c.prefill_chunk)) * tok_bytes
@@ -384,7 +382,8 @@ def _report(name, bench, layout, run, cfg, dtype):
                       "error": f"{type(e).__name__}: {str(e)[:300]}"}), flush=True)
     return
   print(json.dumps(line), flush=True)
-  print(json.dumps(memory_line(name, cfg, dtype, eng, bench)), flush=True)
+  print(json.dumps(memory_line(name, cfg, dtype, eng, bench, line.get("engine_stats", {}))),
+        flush=True)
 
 
 def main(argv=None) -> int:

@@ -167,7 +167,7 @@ def rollout(cfg, params, tok, sharder, multi_turn, max_new, data):
     params = jax.device_put(params, sharder.tree_shardings(models.param_logical_axes(cfg)))
   eng = RolloutEngine(cfg, tok, rc, SmallBM25Retriever(), sharder)
   return eng.generate(params, PROMPTS, jax.random.key(4), temperature=0.0,
-                      max_new_tokens=max_new, stop=stop)
+                      max_new_tokens=max_new, stop=stop).trajectories
 
 
 def compare_rollouts(ref, got, atol):

@@ -16,8 +16,8 @@ question of the SSP solver's search-agent prompt (`ssp_jax/ssp/prompts.py`, the 
 instruction: think, `<search>`, `<answer>`; `--search-prompt none` sends the prompt alone,
 `--search-prompt FILE` a template of yours), the stops are `</answer>` (unless --stop gives
 others) and `</search>` (always: it is what triggers the retriever), and a response that the
-token limit cuts right after a search keeps that search's observation (`"last_observation":
-true`).
+token limit cuts right after a search keeps that search's observation, cut to the limit
+(`"last_observation": true`).
 A prompt longer than --max-prompt-tokens is refused naming the limit, or with
 --long-prompt truncate its user content is cut (its beginning kept, the chat template and system
 message intact) and the output line says "truncated": true.
@@ -104,12 +104,15 @@ def stop_strings(stop: Optional[list[str]], searching: bool, search_close: str) 
 
 
 def with_last_observation(tok, traj, max_obs_tokens: int) -> tuple[str, list[int], bool]:
-  """(text, token ids, added): a response that the token limit cut right after a search (the
-  engine stops without splicing an observation that does not fit) gets that search's
-  observation appended, as it would have been spliced, so the user sees what was found."""
+  """(text, token ids, kept): whether a response that the token limit cut right after a search
+  shows that search's observation. The engine keeps it (spliced, cut to the budget); a
+  trajectory without it (from another source) gets it appended, as it would have been
+  spliced, so the user sees what was found."""
   from ssp_jax import prompts_format as pf
   from ssp_jax.rollout.observations import observation_ids
   mask = traj.loss_mask
+  if traj.stop_reason == "length" and traj.num_searches and mask and mask[-1] == 0:
+    return traj.text, list(traj.response_ids), True    # the engine kept it
   spliced = sum(1 for i, m in enumerate(mask) if m == 0 and (i == 0 or mask[i - 1] != 0))
   if traj.stop_reason != "length" or not traj.docs or spliced >= traj.num_searches:
     return traj.text, list(traj.response_ids), False
@@ -227,9 +230,10 @@ def run(args) -> int:
     truncated.append(cut)
   stops = stop_strings(args.stop, retriever is not None, rc.search_close)
   engine = RolloutEngine(cfg, tok, rc, retriever)
-  trajs = engine.generate(params, prompts, jax.random.key(args.seed), stop=stops,
-                          use_search=retriever is not None, temperature=args.temperature,
-                          top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens)
+  trajs, _ = engine.generate(params, prompts, jax.random.key(args.seed), stop=stops,
+                             use_search=retriever is not None, temperature=args.temperature,
+                             top_p=args.top_p, top_k=args.top_k,
+                             max_new_tokens=args.max_new_tokens)
   for text, tr, cut in zip(args.prompt, trajs, truncated):
     out_text, ids, added = with_last_observation(tok, tr, int(rc.max_obs_tokens))
     print(json.dumps({"prompt": text, "text": out_text, "token_ids": ids,

@@ -51,8 +51,8 @@ def rollout(ckpt: str) -> dict:
                    prefill_chunk=16, steps_per_call=12, max_obs_tokens=40, topk=2,
                    search_open=" ", search_close=close, max_searches=2))
     eng = RolloutEngine(cfg, Tokenizer.from_dir(ckpt), rc, retriever, sh)
-    trajs = eng.generate(params, PROMPTS, jax.random.key(4), temperature=temperature,
-                         max_new_tokens=60, stop=[close])
+    trajs, _ = eng.generate(params, PROMPTS, jax.random.key(4), temperature=temperature,
+                            max_new_tokens=60, stop=[close])
     runs.append([dict(response_ids=t.response_ids, loss_mask=t.loss_mask, logprobs=t.logprobs,
                       stop_reason=t.stop_reason, queries=t.queries,
                       titles=[[d["title"] for d in docs] for docs in t.docs]) for t in trajs])

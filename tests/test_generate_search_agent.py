@@ -65,13 +65,14 @@ def test_a_cut_response_keeps_its_last_observation(assets):
   text, ids, added = G.with_last_observation(tok, cut, 512)
   assert added and text.startswith(cut.text) and pf.INFO_CLOSE in text
   assert "Herman Melville" in text and ids[:len(said)] == said and len(ids) > len(said)
-  # a response whose observation was spliced, or that ended otherwise, is left as it is
+  # a response whose observation the engine kept is shown as it is; one that ended
+  # otherwise is left as it is
   obs = tok.encode(pf.observation_text(pf.render_docs(docs)))
   spliced = Trajectory(prompt_ids=[1], response_ids=said + obs,
                        loss_mask=[1] * len(said) + [0] * len(obs), logprobs=[0.0] * 99,
                        text="t", queries=["moby dick"], docs=[docs], num_searches=1,
                        stop_reason="length")
-  assert G.with_last_observation(tok, spliced, 512)[2] is False
+  assert G.with_last_observation(tok, spliced, 512) == ("t", said + obs, True)
   assert G.with_last_observation(tok, Trajectory(
       prompt_ids=[1], response_ids=said, loss_mask=[1] * len(said), logprobs=[0.0],
       text="t", queries=["q"], docs=[docs], num_searches=1, stop_reason="max_searches"),

@@ -21,9 +21,9 @@ def test_generate_cli_prints_json(tmp_path, capsys):
   tok = Tokenizer.from_dir(path)
   r = get_rollout_config()
   r.update(dict(dtype="float32", cache_dtype="float32", batch_size=2, cache_min_len=64))
-  want = RolloutEngine(cfg, tok, r).generate(params, ["Who wrote Moby-Dick?", "Paris"],
-                                             jax.random.key(0), temperature=0.0,
-                                             max_new_tokens=12, stop=())
+  want, _ = RolloutEngine(cfg, tok, r).generate(params, ["Who wrote Moby-Dick?", "Paris"],
+                                                jax.random.key(0), temperature=0.0,
+                                                max_new_tokens=12, stop=())
   for line, tr in zip(lines, want):
     assert line["token_ids"] == tr.response_ids
     assert line["stop_reason"] == tr.stop_reason in ("eos", "length")

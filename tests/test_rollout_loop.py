@@ -41,8 +41,8 @@ def _engine(model, retriever, **kw):
 def tags(model):
   """(open, close) tags cut from the greedy output of PROMPTS[0], with a non-empty query."""
   cfg, params, tok = model
-  (g,) = _engine(model, None).generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
-                                       max_new_tokens=40, stop=[])
+  ((g,), _) = _engine(model, None).generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
+                                            max_new_tokens=40, stop=[])
   text = tok.decode(g.response_ids)
   for a in range(len(text) - 12, 4, -1):
     close = text[a:a + 2]
@@ -81,24 +81,25 @@ def test_search_loop_masks_docs_and_resume(model, tags):
   open_, close = tags
   ret = SmallBM25Retriever()
   eng = _engine(model, ret, search_open=open_, search_close=close, max_searches=3)
-  trajs = eng.generate(params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=120,
-                       stop=[close])
+  trajs, _ = eng.generate(params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=120,
+                          stop=[close])
   assert trajs[0].num_searches >= 1
   sent = [q for c in ret.calls for q in c]   # what the engine asked, in batched calls
   assert sorted(sent) == sorted(q for tr in trajs for q in tr.queries if q)
   assert len(ret.calls) <= len(sent)
   for tr in trajs:
     spans = _obs_spans(tr)
-    assert len(spans) == tr.num_searches - (tr.stop_reason == "length" and
-                                            len(spans) < tr.num_searches)
+    assert len(spans) == tr.num_searches   # every search's observation, the last one too
     for (i, j), q, docs in zip(spans, tr.queries, tr.docs):
       assert (q or None) == pf.extract_query(tok.decode(tr.response_ids[:i]), open_, close)
+      # the last observation of a row that the budget cut is cut to what was left
+      cap = 48 if j < len(tr.response_ids) or tr.stop_reason != "length" else min(48, j - i)
       if not q:  # an empty query is a failed search with a notice, not a retriever call
-        assert docs == [] and tr.response_ids[i:j] == observation_ids(tok, pf.NO_QUERY, 48)
+        assert docs == [] and tr.response_ids[i:j] == observation_ids(tok, pf.NO_QUERY, cap)
         continue
       # the observation spliced in is exactly the rendered docs of this query's search
       assert docs == ret.search([q], 2)[0]
-      assert tr.response_ids[i:j] == observation_ids(tok, pf.render_docs(docs), 48)
+      assert tr.response_ids[i:j] == observation_ids(tok, pf.render_docs(docs), cap)
     # resume after an observation == recompute: every policy token is the argmax of a fresh
     # forward over prompt + response, and its recorded log-prob matches
     want, logp = _fresh_logprobs(cfg, params, tr)
@@ -115,8 +116,8 @@ def test_sampled_search_loop_logprobs(model, tags):
   cfg, params, tok = model
   open_, close = tags
   eng = _engine(model, SmallBM25Retriever(), search_open=open_, search_close=close)
-  trajs = eng.generate(params, PROMPTS[:4], jax.random.key(7), temperature=1.0,
-                       max_new_tokens=100, stop=[close, "</answer>"])
+  trajs, _ = eng.generate(params, PROMPTS[:4], jax.random.key(7), temperature=1.0,
+                          max_new_tokens=100, stop=[close, "</answer>"])
   for tr in trajs:
     want, _ = _fresh_logprobs(cfg, params, tr)
     pol = np.asarray(tr.loss_mask) == 1
@@ -131,8 +132,8 @@ def test_retriever_failure_becomes_observation(model, tags, failure):
          else SmallBM25Retriever(delay_s=1.0))
   eng = _engine(model, ret, search_open=open_, search_close=close, search_timeout_s=0.2,
                 max_searches=2)
-  (tr,) = eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
-                       max_new_tokens=100, stop=[close])
+  ((tr,), _) = eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
+                            max_new_tokens=100, stop=[close])
   assert tr.num_searches >= 1 and tr.num_failed_searches == tr.num_searches
   assert "Search failed" in tr.text
   assert tr.docs[0] == []
@@ -143,16 +144,16 @@ def test_limits(model, tags):
   open_, close = tags
   ret = SmallBM25Retriever()
   eng = _engine(model, ret, search_open=open_, search_close=close, max_searches=0)
-  (tr,) = eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
-                       max_new_tokens=100, stop=[close])
+  ((tr,), _) = eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
+                            max_new_tokens=100, stop=[close])
   assert tr.stop_reason == "max_searches" and tr.num_searches == 0 and not ret.calls
   assert tok.decode(tr.response_ids).endswith(close) or close in tok.decode(tr.response_ids[-2:])
-  (tr,) = eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
-                       max_new_tokens=5, stop=[])
+  ((tr,), _) = eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
+                            max_new_tokens=5, stop=[])
   assert tr.stop_reason in ("length", "eos") and len(tr.response_ids) <= 5
   eng = _engine(model, ret, search_open=open_, search_close=close, use_search=False)
-  (tr,) = eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
-                       max_new_tokens=100, stop=[close])
+  ((tr,), _) = eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=0.0,
+                            max_new_tokens=100, stop=[close])
   assert tr.stop_reason == "stop" and tr.num_searches == 0
 
 

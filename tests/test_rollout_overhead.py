@@ -1,7 +1,7 @@
 """Where multi-turn rollout time goes, and what must not come back: the engine's time breakdown
-(engine.stats), no recompilation in a second identical rollout, the write-first decode
-attention equal to the read-only one in whole rollouts, and the decode step's compiled scratch
-memory (the 7B multi-turn step once needed 33.5 GiB of it; bench/decode_memory.py)."""
+(the stats `generate` returns), no recompilation in a second identical rollout, the write-first
+decode attention equal to the read-only one in whole rollouts, and the decode step's compiled
+scratch memory (the 7B multi-turn step once needed 33.5 GiB of it; bench/decode_memory.py)."""
 import os
 import sys
 
@@ -25,9 +25,9 @@ def _rollout(model, tags, **kw):
   open_, close = tags
   eng = _engine(model, SmallBM25Retriever(), search_open=open_, search_close=close,
                 max_searches=3, **kw)
-  trajs = eng.generate(params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=100,
-                       stop=[close])
-  return eng, trajs
+  trajs, stats = eng.generate(params, PROMPTS, jax.random.key(0), temperature=0.0,
+                              max_new_tokens=100, stop=[close])
+  return eng, trajs, stats
 
 
 def test_compile_counter_counts_a_new_shape():
@@ -39,11 +39,10 @@ def test_compile_counter_counts_a_new_shape():
 
 
 def test_second_identical_rollout_compiles_nothing_and_stats_add_up(model, tags):
-  eng, first = _rollout(model, tags)
-  eng2, second = _rollout(model, tags)
-  st = eng2.stats
+  _, first, _ = _rollout(model, tags)
+  eng2, second, st = _rollout(model, tags)
   assert sum(t.num_searches for t in second) >= 1 and st["searches"] >= 1
-  assert st["compiles"] == 0, eng2.compiled_functions
+  assert st["compiles"] == 0, st["compiled_functions"]
   for a, b in zip(first, second):
     assert a.response_ids == b.response_ids and a.logprobs == b.logprobs
   # the breakdown: every part timed, the parts within the wall time
@@ -58,8 +57,8 @@ def test_second_identical_rollout_compiles_nothing_and_stats_add_up(model, tags)
 
 
 def test_write_first_attention_equals_read_only_in_rollouts(model, tags):
-  _, new = _rollout(model, tags, decode_attention="einsum")
-  _, old = _rollout(model, tags, decode_attention="einsum_readonly")
+  _, new, _ = _rollout(model, tags, decode_attention="einsum")
+  _, old, _ = _rollout(model, tags, decode_attention="einsum_readonly")
   assert sum(t.num_searches for t in new) >= 1
   for a, b in zip(new, old):
     assert a.response_ids == b.response_ids and a.stop_reason == b.stop_reason
@@ -110,7 +109,7 @@ def test_decode_loop_makes_no_copy_of_a_layers_cache():
 
 
 def test_prefill_row_groups_are_powers_of_two_with_little_padding():
-  from ssp_jax.rollout.engine import _row_parts
+  from ssp_jax.rollout.prefill import row_parts as _row_parts
   for cap in (64, 96, 256):
     for n in range(1, cap + 1):
       rows = list(range(100, 100 + n))

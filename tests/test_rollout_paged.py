@@ -140,9 +140,8 @@ def test_multiturn_greedy_paged_equals_dense(model, tags, paged_kw):
   cfg, params, tok = model
   open_, close = tags
   kw = dict(search_open=open_, search_close=close, max_searches=3)
-  run = lambda **x: (lambda e: (e.generate(params, PROMPTS, jax.random.key(0), temperature=0.0,
-                                           max_new_tokens=100, stop=[close]), e.stats))(
-      _engine(model, SmallBM25Retriever(), **kw, **x))
+  run = lambda **x: _engine(model, SmallBM25Retriever(), **kw, **x).generate(
+      params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=100, stop=[close])
   dense, _ = run()
   paged, stats = run(kv_layout="paged", **{"decode_attention": "gather", **paged_kw})
   assert sum(t.num_searches for t in dense) >= 1

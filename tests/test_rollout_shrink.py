@@ -23,9 +23,8 @@ def _run(model, tags, **kw):
   eng = _engine(model, SmallBM25Retriever(), batch_size=8, search_open=open_,
                 search_close=close, max_searches=3, **kw)
   prompts = PROMPTS * 2
-  out = eng.generate(params, prompts, jax.random.key(0), temperature=0.0,
-                     max_new_tokens=BUDGETS, stop=[close])
-  return out, eng.stats
+  return eng.generate(params, prompts, jax.random.key(0), temperature=0.0,
+                      max_new_tokens=BUDGETS, stop=[close])
 
 
 @pytest.mark.parametrize("layout_kw", [dict(), dict(kv_layout="paged", page_size=8,

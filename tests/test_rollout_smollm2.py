@@ -38,8 +38,8 @@ def test_smollm2_search_loop(loop):
   qs = ["Who wrote the novel Moby-Dick?", "What is the capital of Scotland?",
         "Who painted the Mona Lisa?", "Which river flows through Paris?"]
   prompts = [tok.apply_chat_template(solver_messages(q)) + tok.encode("<search>") for q in qs]
-  trajs = eng.generate(params, prompts, jax.random.key(0), temperature=0.0, max_new_tokens=320,
-                       stop=("</search>", "</answer>"))
+  trajs, _ = eng.generate(params, prompts, jax.random.key(0), temperature=0.0,
+                          max_new_tokens=320, stop=("</search>", "</answer>"))
   searched = [t for t in trajs if t.num_searches > t.num_failed_searches]
   assert searched, [t.text for t in trajs]
   for tr in searched:

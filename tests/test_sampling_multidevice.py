@@ -28,7 +28,7 @@ def _run(path, sharder, temperature, close, **kw):
   rc.update(kw)
   eng = RolloutEngine(cfg, tok, rc, SmallBM25Retriever(), sharder)
   return eng.generate(params, PROMPTS, jax.random.key(4), temperature=temperature,
-                      max_new_tokens=60, stop=[close])
+                      max_new_tokens=60, stop=[close]).trajectories
 
 
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
@@ -46,19 +46,23 @@ def test_sharded_equals_single_device(tmp_path):
 
 
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
-def test_sharded_paged_equals_single_device_dense(tmp_path):
-  """kv_layout="paged" on the data x tensor mesh (pools sharded over kv heads, page table over
-  the batch) gives the dense single-device greedy rollouts."""
+def test_greedy_dense_paged_and_sharded_engines_equal(tmp_path):
+  """The same prompts, greedy, with search tool calls spliced: the dense engine, the paged one
+  (kv_layout="paged") and the sharded ones (data x tensor mesh: pools sharded over kv heads, the
+  page table over the batch) give the same trajectories."""
   path = make_tiny_checkpoint(str(tmp_path), "qwen2", "chatml", seed=2, heads=4, kv_heads=2)
   sharder = Sharder(make_mesh((("data", 4), ("tensor", 2))))
-  single = _run(path, None, 0.0, "e")
-  paged = _run(path, sharder, 0.0, "e", kv_layout="paged", page_size=8,
-               decode_attention="gather")
-  for a, b in zip(single, paged):
-    assert a.response_ids == b.response_ids
-    assert a.loss_mask == b.loss_mask and a.stop_reason == b.stop_reason
-    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
-  assert sum(t.num_searches for t in single) >= 1
+  paged = dict(kv_layout="paged", page_size=8, decode_attention="gather")
+  dense = _run(path, None, 0.0, "e")
+  assert sum(t.num_searches for t in dense) >= 1 and any(0 in t.loss_mask for t in dense)
+  for name, got in [("paged", _run(path, None, 0.0, "e", **paged)),
+                    ("sharded", _run(path, sharder, 0.0, "e")),
+                    ("sharded paged", _run(path, sharder, 0.0, "e", **paged))]:
+    for a, b in zip(dense, got):
+      assert a.response_ids == b.response_ids, name
+      assert a.loss_mask == b.loss_mask and a.stop_reason == b.stop_reason, name
+      assert a.queries == b.queries and a.docs == b.docs, name
+      np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4, err_msg=name)
 
 
 @pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
@@ -81,8 +85,8 @@ def test_sharded_tail_shrink_equals_single_device(tmp_path, layout_kw):
                    search_open=" ", search_close="e", max_searches=2, tail_min_batch=tmb,
                    **layout_kw))
     eng = RolloutEngine(cfg, Tokenizer.from_dir(path), rc, SmallBM25Retriever(), sh)
-    outs.append((eng.generate(params, PROMPTS, jax.random.key(4), temperature=0.0,
-                              max_new_tokens=budgets, stop=["e"]), eng.stats))
+    outs.append(eng.generate(params, PROMPTS, jax.random.key(4), temperature=0.0,
+                             max_new_tokens=budgets, stop=["e"]))
   (single, _), (sharded, stats) = outs
   assert stats["batch_shrinks"] == 1 and stats["batch_min"] == 4
   for a, b in zip(single, sharded):

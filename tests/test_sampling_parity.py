@@ -64,8 +64,8 @@ def _hf_greedy(hf, tok, ids, n):
 def test_greedy_equals_transformers(families, chat):
   eng, cfg, params, tok, hf = families
   prompts = CHATS if chat else PROMPTS       # 5 raw prompts on 4 slots: exercises refill
-  trajs = eng.generate(params, prompts, jax.random.key(0), temperature=0.0, max_new_tokens=30,
-                       stop=[])
+  trajs, _ = eng.generate(params, prompts, jax.random.key(0), temperature=0.0, max_new_tokens=30,
+                          stop=[])
   for p, tr in zip(prompts, trajs):
     ids = tok.prompt_ids(p)
     assert tr.prompt_ids == ids
@@ -84,8 +84,8 @@ def _first_k(tok, ids, s):
 
 def test_stop_strings_from_own_output(setup):
   eng, cfg, params, tok, hf = setup
-  full = eng.generate(params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=40,
-                      stop=[])
+  full, _ = eng.generate(params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=40,
+                         stop=[])
   rng = np.random.default_rng(0)
   checked = 0
   for p, tr in zip(PROMPTS, full):
@@ -102,8 +102,8 @@ def test_stop_strings_from_own_output(setup):
         continue
       k = _first_k(tok, ids, s)
       eos_k = next((i + 1 for i, t in enumerate(ids) if t in tok.eos_ids), None)
-      (tr2,) = eng.generate(params, [p], jax.random.key(0), temperature=0.0, max_new_tokens=40,
-                            stop=[s])
+      ((tr2,), _) = eng.generate(params, [p], jax.random.key(0), temperature=0.0, max_new_tokens=40,
+                                 stop=[s])
       if eos_k is not None and eos_k < k:
         assert tr2.response_ids == ids[:eos_k]
         continue
@@ -118,8 +118,8 @@ def test_stop_strings_from_own_output(setup):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_equal_fresh_forward(setup, temperature):
   eng, cfg, params, tok, hf = setup
-  trajs = eng.generate(params, PROMPTS[:3], jax.random.key(3), temperature=temperature,
-                       max_new_tokens=25, stop=[])
+  trajs, _ = eng.generate(params, PROMPTS[:3], jax.random.key(3), temperature=temperature,
+                          max_new_tokens=25, stop=[])
   for tr in trajs:
     seq = tr.prompt_ids + tr.response_ids
     padded = seq + [0] * (96 - len(seq))   # causal: the padding changes no earlier logit
@@ -132,12 +132,12 @@ def test_logprobs_equal_fresh_forward(setup, temperature):
 
 def test_top_k_one_is_greedy(setup):
   eng, cfg, params, tok, hf = setup
-  g = eng.generate(params, PROMPTS[:2], jax.random.key(0), temperature=0.0, max_new_tokens=15,
-                   stop=[])
-  k1 = eng.generate(params, PROMPTS[:2], jax.random.key(5), temperature=1.0, top_k=1,
-                    max_new_tokens=15, stop=[])
-  tiny_p = eng.generate(params, PROMPTS[:2], jax.random.key(6), temperature=1.0, top_p=1e-6,
-                        max_new_tokens=15, stop=[])
+  g, _ = eng.generate(params, PROMPTS[:2], jax.random.key(0), temperature=0.0, max_new_tokens=15,
+                      stop=[])
+  k1, _ = eng.generate(params, PROMPTS[:2], jax.random.key(5), temperature=1.0, top_k=1,
+                       max_new_tokens=15, stop=[])
+  tiny_p, _ = eng.generate(params, PROMPTS[:2], jax.random.key(6), temperature=1.0, top_p=1e-6,
+                           max_new_tokens=15, stop=[])
   for a, b, c in zip(g, k1, tiny_p):
     assert a.response_ids == b.response_ids == c.response_ids
 

@@ -14,7 +14,7 @@ import pytest
 from ssp_jax.rl.advantages import grpo_advantages
 from ssp_jax.rl.config import get_rl_config
 from ssp_jax.rl.learner import Learner
-from ssp_jax.rollout import RolloutEngine, get_rollout_config
+from ssp_jax.rollout import Rollout, RolloutEngine, get_rollout_config
 from ssp_jax.search_r1 import data
 from ssp_jax.search_r1.config import base_run_config, get_search_r1_config
 from ssp_jax.search_r1.game import SearchR1Game
@@ -193,7 +193,7 @@ class ScriptedSolver:
                             text=text, queries=[q], docs=[docs], num_searches=1,
                             num_failed_searches=int(q.startswith("In which")),
                             stop_reason="answer"))
-    return out
+    return Rollout(out, dict(self.stats))
 
 
 def test_rewards_advantages_and_metrics_of_known_answers(tiny):

@@ -15,7 +15,7 @@ from ssp_jax.rl.advantages import grpo_advantages
 from ssp_jax.rl.config import get_rl_config
 from ssp_jax.rl.learner import Learner
 from retrieval.base import RetrieverError
-from ssp_jax.rollout import RolloutEngine, get_rollout_config
+from ssp_jax.rollout import Rollout, RolloutEngine, get_rollout_config
 from ssp_jax.rollout.observations import run_searches
 from ssp_jax.ssp import game as G
 from ssp_jax.ssp import prompts as prompts_lib
@@ -43,13 +43,9 @@ class ScriptedProposer:
     self.engine, self.tok, self.retriever = engine, tok, retriever
     self.questions = {}
 
-  @property
-  def stats(self):
-    return self.engine.stats
-
   def generate(self, params, prompts, rng, *, stop=None, **kw):
     if stop and "</question>" in stop:
-      return [self._propose(p) for p in prompts]
+      return Rollout([self._propose(p) for p in prompts], {})
     return self.engine.generate(params, prompts, rng, stop=stop, **kw)
 
   def _propose(self, messages) -> Trajectory:
@@ -271,7 +267,7 @@ class ScriptedSolver(ScriptedProposer):
 
   def generate(self, params, prompts, rng, *, stop=None, **kw):
     if tuple(stop or ()) == G.SOLVER_STOPS:
-      return [self._solve(m) for m in prompts]
+      return Rollout([self._solve(m) for m in prompts], {})
     return super().generate(params, prompts, rng, stop=stop, **kw)
 
   def _solve(self, messages) -> Trajectory:

@@ -3,6 +3,7 @@ import math
 
 import pytest
 
+from ssp_jax.rollout import Rollout
 from ssp_jax.svs import eval as E
 from ssp_jax.svs.data import MathProblem
 
@@ -61,7 +62,7 @@ class EchoEngine:
     for i, msgs in enumerate(prompts):
       guess = msgs[-1]["content"].split("?")[0].split()[-1]
       out.append(Trajectory([1], [2], [1], [0.0], text=f"\\boxed{{{guess if i % 2 else 0}}}"))
-    return out
+    return Rollout(out, {})
 
 
 def test_run_eval_groups_by_source_and_flattens_metrics(tmp_path):

@@ -17,6 +17,7 @@ from ssp_jax.svs import config as svs_config
 from ssp_jax.svs import game as G
 from ssp_jax.svs import prompts as P
 from ssp_jax.svs.data import MathProblem, ProblemIterator
+from ssp_jax.rollout import Rollout
 from ssp_jax.types import Trajectory
 
 from rl_helpers import step_rows
@@ -65,7 +66,7 @@ class ScriptedLLM:
                    self._solve(content, k))
     self.calls.append(("synth" if "Solution:\n" in prompts[0][-1]["content"] else "solve",
                        len(prompts)))
-    return [self._traj(msgs, t) for msgs, t in zip(prompts, texts)]
+    return Rollout([self._traj(msgs, t) for msgs, t in zip(prompts, texts)], {})
 
   def _solve(self, content, k):
     correct = int(re.search(r"\[c=(\d)\]", content).group(1))

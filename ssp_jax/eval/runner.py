@@ -93,10 +93,10 @@ def rollouts(engine, params, examples: Sequence[dict], rng: jax.Array, *, batch_
     chunk = examples[start:start + step]
     make = prompts.closed_book_messages if closed_book else prompts.solver_messages
     msgs = [make(e["question"]) for e in chunk]
-    out = engine.generate(params, msgs, jax.random.fold_in(rng, start),
-                          stop=("</answer>",) if closed_book else SOLVER_STOPS,
-                          use_search=not closed_book, temperature=0.0,
-                          max_new_tokens=max_new_tokens)
+    out, _ = engine.generate(params, msgs, jax.random.fold_in(rng, start),
+                             stop=("</answer>",) if closed_book else SOLVER_STOPS,
+                             use_search=not closed_book, temperature=0.0,
+                             max_new_tokens=max_new_tokens)
     if len(out) != len(chunk):
       raise RuntimeError(f"rollout engine returned {len(out)} trajectories for {len(chunk)} "
                          "prompts")

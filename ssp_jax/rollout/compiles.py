@@ -2,8 +2,9 @@
 
 A multi-turn rollout calls several jitted functions whose shapes depend on the run (prefill
 chunks, row groups, cache buckets); each new shape compiles, which on a GPU costs seconds. The
-engine reads `snapshot()` before and after `generate` and reports the difference in
-`engine.stats` (`compiles`, `compile_s`). Uses JAX's monitoring event for backend compiles.
+engine reads `snapshot()` before and after `generate` and reports the difference in the call's
+stats (`compiles`, `compile_s`, `compiled_functions`). Uses JAX's monitoring event for backend
+compiles.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.top_k = 0                   # 0 = off
   c.stop = ("</search>", "</answer>", "</question>")  # stop strings; eos/end-of-turn ids always stop
   # --- search tool ---
-  c.use_search = True           # "</search>" triggers a retriever call (else it just stops)
+  c.use_search = True           # tools on: "</search>" calls the retriever (else it just stops)
   c.search_open = "<search>"    # the query is the text between the last search_open and
   c.search_close = "</search>"  # search_close (a stop string that triggers the retriever)
   c.max_searches = 10           # per trajectory; the next "</search>" ends it as max_searches

@@ -58,8 +58,11 @@ def observation_ids(tokenizer: Tokenizer, body: str, max_tokens: int) -> list[in
 
 
 def run_searches(retriever, tokenizer: Tokenizer, queries: Sequence[Optional[str]], *, topk: int,
-                 max_obs_tokens: int, timeout_s: float) -> list[SearchResult]:
-  """One retriever call for every non-empty query; a result (and observation) per query."""
+                 max_obs_tokens: int | Sequence[int], timeout_s: float) -> list[SearchResult]:
+  """One retriever call for every non-empty query; a result (and observation) per query.
+  `max_obs_tokens` is one cap for all observations or one per query (see observation_ids)."""
+  caps = ([int(m) for m in max_obs_tokens] if isinstance(max_obs_tokens, (list, tuple))
+          else [int(max_obs_tokens)] * len(queries))
   asked = [i for i, q in enumerate(queries) if q]
   docs, reason = ([], "") if not asked else _call_retriever(
       retriever, [queries[i] for i in asked], topk, timeout_s)
@@ -73,5 +76,5 @@ def run_searches(retriever, tokenizer: Tokenizer, queries: Sequence[Optional[str
       body, failed = pf.render_docs(d), False
     else:
       body, d, failed = pf.SEARCH_FAILED.format(reason=reason), [], True
-    out.append(SearchResult(q or "", d, failed, observation_ids(tokenizer, body, max_obs_tokens)))
+    out.append(SearchResult(q or "", d, failed, observation_ids(tokenizer, body, caps[i])))
   return out

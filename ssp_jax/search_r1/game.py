@@ -52,12 +52,11 @@ class SearchR1Game:
     n = int(self.cfg.n)
     msgs = [prompts.solver_messages(q.question) for q in questions for _ in range(n)]
     t0 = time.perf_counter()
-    trajs = self.engine.generate(params, msgs, key, stop=SOLVER_STOPS, use_search=True,
-                                 temperature=self.cfg.temperature,
-                                 max_new_tokens=self.cfg.max_new_tokens or None)
+    trajs, stats = self.engine.generate(params, msgs, key, stop=SOLVER_STOPS, use_search=True,
+                                        temperature=self.cfg.temperature,
+                                        max_new_tokens=self.cfg.max_new_tokens or None)
     self.timings["rollout"] += time.perf_counter() - t0   # includes the retrieval time
-    self.timings["retrieval"] += float((getattr(self.engine, "stats", None) or {})
-                                       .get("search_s", 0.0))
+    self.timings["retrieval"] += float(stats.get("search_s", 0.0))
     return trajs
 
   def play(self, params, step: int, key, frozen_params=None) -> StepOutput:

@@ -57,9 +57,9 @@ class PolicyText:
   def generate_text(self, messages, *, max_new_tokens: int, temperature: float) -> list[str]:
     self.calls += 1
     rng = jax.random.fold_in(self.key, self.calls)
-    trajs = self.engine.generate(self.params_fn(), list(messages), rng, stop=("</answer>",),
-                                 use_search=False, temperature=temperature,
-                                 max_new_tokens=max_new_tokens)
+    trajs, _ = self.engine.generate(self.params_fn(), list(messages), rng, stop=("</answer>",),
+                                    use_search=False, temperature=temperature,
+                                    max_new_tokens=max_new_tokens)
     self.last_truncated = sum(bool(t.meta.get("prompt_truncated")) for t in trajs)
     return [t.text for t in trajs]
 
@@ -99,12 +99,11 @@ class SSPGame:
   # -- rollouts -------------------------------------------------------------------------------
   def _generate(self, params, messages, key, stop, max_new_tokens) -> list[Trajectory]:
     t0 = time.perf_counter()
-    out = self.engine.generate(params, messages, key, stop=stop, use_search=True,
-                               temperature=self.cfg.temperature,
-                               max_new_tokens=max_new_tokens or None)
+    out, stats = self.engine.generate(params, messages, key, stop=stop, use_search=True,
+                                      temperature=self.cfg.temperature,
+                                      max_new_tokens=max_new_tokens or None)
     self.timings["rollout"] += time.perf_counter() - t0   # includes the retrieval time
-    self.timings["retrieval"] += float((getattr(self.engine, "stats", None) or {})
-                                       .get("search_s", 0.0))
+    self.timings["retrieval"] += float(stats.get("search_s", 0.0))
     return out
 
   def sample_answers(self, step: int, round_: int = 0) -> list[AnswerItem]:

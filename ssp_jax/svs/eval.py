@@ -91,9 +91,9 @@ def sample(engine, params, problems: Sequence[MathProblem], rng, *, n: int, temp
   for start in range(0, len(problems), step):
     msgs = [prompts.solve_messages(p.problem) for p in problems[start:start + step]
             for _ in range(n)]
-    trajs = engine.generate(params, msgs, jax.random.fold_in(rng, start), stop=(),
-                            use_search=False, temperature=temperature, top_p=top_p,
-                            max_new_tokens=max_new_tokens)
+    trajs, _ = engine.generate(params, msgs, jax.random.fold_in(rng, start), stop=(),
+                               use_search=False, temperature=temperature, top_p=top_p,
+                               max_new_tokens=max_new_tokens)
     texts += [t.text for t in trajs]
     if on_done is not None:
       on_done(len(trajs) // n)

@@ -153,9 +153,9 @@ class SvSGame:
     if not messages:
       return []
     t0 = time.perf_counter()
-    out = self.engine.generate(params, messages, key, stop=(), use_search=False,
-                               temperature=self.cfg.temperature,
-                               max_new_tokens=max_new_tokens or None)
+    out, _ = self.engine.generate(params, messages, key, stop=(), use_search=False,
+                                  temperature=self.cfg.temperature,
+                                  max_new_tokens=max_new_tokens or None)
     self.timings["rollout"] += time.perf_counter() - t0
     return out
 

@@ -1,0 +1,101 @@
+"""Prefill of the rows' pending tokens (new prompts, spliced observations, preempted rows) into
+their KV cache rows, in few compiled shapes: pieces of at most `rollout.prefill_chunk` tokens,
+padded to a bucket length (`chunk_bucket`), rows grouped in powers of two (`row_parts`)."""
+from __future__ import annotations
+
+import collections
+from typing import Optional
+
+import numpy as np
+
+from models.config import ModelConfig
+from models.sharding import Sharder
+from ssp_jax import sampling as S
+from ssp_jax.rollout.rows import Row, pow2, put
+from ssp_jax.rollout.slots import SlotPlanner
+from ssp_jax.sampling.stops import PAD
+
+
+def chunk_bucket(n: int, cap: int) -> int:
+  """The padded length a prefill piece of n tokens compiles at: 16, 32, 64, then powers of two
+  and 3/4 of them (96, 128, 192, 256, 384, 512, ...), at most cap (a power of two). Pieces pad
+  by at most 1.33x above 64 tokens (2x with powers of two alone) for about twice the shapes."""
+  p = max(16, pow2(n))
+  if p >= 128 and 3 * p // 4 >= n:
+    p = 3 * p // 4
+  return min(p, cap)
+
+
+def row_parts(rows: list[int], cap: int) -> list[list[int]]:
+  """rows split into power-of-two groups (the shapes prefill compiles): padded (repeating the
+  first row) when that wastes at most a quarter of the group, else the largest power of two
+  below goes alone and the rest is split again (37 rows: 32 + 4 + 1, not 64). At most cap
+  rows a group (the slot count, which need not be a power of two)."""
+  parts = []
+  while rows:
+    n, p = len(rows), min(pow2(len(rows)), cap)
+    if p - n <= p // 4:
+      parts.append(rows + [rows[0]] * (p - n))
+      break
+    h = pow2(n) // 2   # < n
+    parts.append(rows[:h])
+    rows = rows[h:]
+  return parts
+
+
+def prefill_pending(model_cfg: ModelConfig, params, st: S.DecodeState,
+                    rows: list[Optional[Row]], slots: SlotPlanner, *, chunk: int, dtype,
+                    sharder: Optional[Sharder], stats: collections.Counter) -> S.DecodeState:
+  """Puts every row's pending tokens but the last in the cache; the last becomes tok_B."""
+  todo = [b for b, r in enumerate(rows) if r is not None and r.pending and not r.blocked]
+  if not todo:
+    return st
+  fed = {b: rows[b].pending[:-1] for b in todo}
+  pieces = {b: [fed[b][i:i + chunk] for i in range(0, len(fed[b]), chunk)] for b in todo}
+  for k in range(max([len(p) for p in pieces.values()] + [0])):
+    # Rows are grouped by the bucket of their own piece's length, one call per bucket: a
+    # 100-token observation is not padded to the 512 of another row's (rows never interact).
+    by_T: dict[int, list[int]] = {}
+    for b in todo:
+      if len(pieces[b]) > k:
+        by_T.setdefault(chunk_bucket(len(pieces[b][k]), pow2(chunk)), []).append(b)
+    for T, group in sorted(by_T.items()):
+      st = slots.fit_cache(st, max(rows[b].pos + k * chunk for b in group) + T)
+      for idx in row_parts(group, len(rows)):
+        toks_PT = np.zeros((len(idx), T), np.int32)
+        for i, b in enumerate(idx):
+          toks_PT[i, :len(pieces[b][k])] = pieces[b][k]
+        start_P = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
+        st = S.prefill_rows(model_cfg, st, params, put(idx, np.int32), put(toks_PT),
+                            put(start_P), dtype=dtype, sharder=sharder)
+        stats["prefill_calls"] += 1
+        stats["prefill_tokens"] += sum(len(pieces[b][k]) for b in set(idx))
+        stats["prefill_computed"] += len(idx) * T
+  tok = {b: rows[b].pending[-1] for b in todo}
+  for b in todo:
+    rows[b].pos += len(rows[b].pending) - 1
+    rows[b].pending = []
+    rows[b].segment = bytearray()
+  # Row lists padded to all B slots (repeating the first row with its own values), so that
+  # set_rows / set_windows compile once, not once per count of rows.
+  idx = todo + [todo[0]] * (len(rows) - len(todo))
+  st = S.set_rows(st, put(idx, np.int32), put([tok[b] for b in idx], np.int32),
+                  put([rows[b].pos for b in idx], np.int32), put(np.ones((len(idx),), bool)))
+  resumed = [b for b in todo if rows[b].resume_segment is not None]
+  if resumed:   # rows preempted mid-generation: restore their segment and stop window
+    st = _restore_windows(st, rows, resumed)
+  return st
+
+
+def _restore_windows(st: S.DecodeState, rows, resumed: list[int]) -> S.DecodeState:
+  M = st.window_BM.shape[1]
+  win = {}
+  for b in resumed:
+    seg = rows[b].resume_segment
+    rows[b].segment = bytearray(seg)
+    rows[b].resume_segment = None
+    tail = np.frombuffer(seg[-M:], np.uint8) if M else np.zeros(0, np.uint8)
+    win[b] = np.full((M,), PAD, np.int16)
+    win[b][M - len(tail):] = tail
+  idx = resumed + [resumed[0]] * (len(rows) - len(resumed))
+  return S.set_windows(st, put(idx, np.int32), put(np.stack([win[b] for b in idx])))

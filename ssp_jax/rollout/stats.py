@@ -1,0 +1,63 @@
+"""The counters of one `generate` call (`Rollout.stats`; docs/rollout.md, "API")."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from ssp_jax import sampling as S
+
+TIMERS = ("plan_s", "prefill_s", "decode_s", "transfer_s", "absorb_s", "search_s", "splice_s")
+
+
+def count_decode(stats: collections.Counter, cfg, st: S.DecodeState, pos0_B: np.ndarray,
+                 limit_B: np.ndarray, res: S.DecodeOut) -> None:
+  """Slot-step and KV-read counters of one decode call (res on the host)."""
+  steps, B = int(res.steps), len(limit_B)
+  ran_B = limit_B > 0
+  stats["decode_calls"] += 1
+  stats["decode_steps"] += steps
+  stats["slot_steps"] += steps * B
+  stats["policy_tokens"] += int(res.count_B.sum())
+  # slot-steps without a token: a row that finished (stop, eos, limit) before the call
+  # ended waits for it; an empty (or page-blocked) slot makes nothing for the whole call
+  stats["wait_slot_steps"] += int(((steps - res.count_B) * ran_B).sum())
+  stats["empty_slot_steps"] += steps * int((~ran_B).sum())
+  _count_kv_reads(stats, cfg, st, pos0_B, ran_B, res)
+
+
+def _count_kv_reads(stats, cfg, st, pos0_B, ran_B, res) -> None:
+  """KV slots the decode attention read in this call (`kv_read_slot_steps`) against the slots
+  the rows that made a token needed (`kv_used_slot_steps`: pos + 1 at each of their steps).
+  Dense attention reads B x S slots a step (counted so for "cudnn" too, whose kernel may skip
+  blocks past a row's length); paged "gather" B x (its table columns x
+  page_size); paged "pallas" each row's own pos + 1 (a row that is done stays at its last
+  position; an empty slot is counted as one slot). A count, not a timing: the same on every
+  backend."""
+  n, steps = res.count_B.astype(np.int64), int(res.steps)
+  n = n * ran_B
+  stats["kv_used_slot_steps"] += int((n * (pos0_B + 1) + n * (n - 1) // 2).sum())
+  B = len(pos0_B)
+  if cfg.kv_layout != "paged":
+    stats["kv_read_slot_steps"] += steps * B * int(st.cache["k"][0].shape[2])
+  elif str(cfg.decode_attention) == "pallas":
+    # a row's length grows while it runs, then stays: sum over steps of pos0 + min(i, n) + 1
+    grown = n * (n - 1) // 2 + (steps - n) * n
+    stats["kv_read_slot_steps"] += int((steps * (pos0_B + 1) + grown).sum())
+  else:
+    stats["kv_read_slot_steps"] += steps * B * int(st.cache["table"].shape[1]) * int(
+        cfg.page_size)
+
+
+def summary(stats: collections.Counter) -> dict:
+  """The counters plus derived figures: other_s, decode_ms_per_step, occupancy,
+  kv_read_over_used."""
+  out = dict(stats)
+  timed = sum(out.get(k, 0.0) for k in TIMERS)
+  out["other_s"] = max(out["wall_s"] - timed, 0.0)
+  if out.get("decode_steps"):
+    out["decode_ms_per_step"] = 1000.0 * out["decode_s"] / out["decode_steps"]
+    out["occupancy"] = out.get("policy_tokens", 0) / out["slot_steps"]
+  if out.get("kv_used_slot_steps"):
+    out["kv_read_over_used"] = out["kv_read_slot_steps"] / out["kv_used_slot_steps"]
+  return out
