@@ -6,10 +6,10 @@
 A config never builds anything when it is imported: `resolve_world(config)` runs at build time
 (the trainers' build step, `ssp-jax eval` before its data is read). It builds the world once
 through `ssp_jax.world.ensure_world` (cached) and fills the config's empty data fields from it:
+the fields its game names (`world_fields` of the game's entry, ssp_jax/run/games.py; SSP:
+`ssp.answers_path` <- <world>/answers.jsonl when empty and `ssp.world_dir` <- <world>;
+Search-R1 adds `search_r1.train_path` <- <world>/qa_train.jsonl when empty), then
 
-  ssp.answers_path        <world>/answers.jsonl      (only when empty)
-  ssp.world_dir           <world>
-  search_r1.train_path    <world>/qa_train.jsonl     (only when empty)
   eval.datasets.<name>    "world:qa_heldout" -> <world>/qa_heldout.jsonl (any `world:<file>`)
   retrieval.index_dir     the MiniLM index over <world>/corpus.jsonl (only when both index_dir
                           and url are empty), built on first use next to the world with the
@@ -151,13 +151,15 @@ def resolve_world(config, ensure=None) -> Optional[str]:
   w = config.world
   world_dir = str(ensure(seed=int(w.seed), size=int(w.size), root=w.root or None))
   paths = world_paths(world_dir)
+  from ssp_jax.run.games import game_of
   with config.unlocked():
-    if "ssp" in config:
-      if not config.ssp.answers_path:
-        config.ssp.answers_path = paths["answers"]
-      config.ssp.world_dir = world_dir
-    if "search_r1" in config and not config.search_r1.train_path:
-      config.search_r1.train_path = paths["qa_train"]
+    for field, key, only_empty in game_of(config).world_fields:   # the game's own data fields
+      section, _, name = field.rpartition(".")
+      sub = config
+      for part in section.split(".") if section else ():
+        sub = sub[part]
+      if not (only_empty and sub[name]):
+        sub[name] = world_dir if key == "dir" else paths[key]
     specs = world_specs(config)
     for name, path in resolve_specs(specs, world_dir).items():
       config.eval.datasets[name] = path

@@ -34,12 +34,16 @@ class GameEntry:
              start-up checks of the endpoints the game calls, before any model is loaded
              ("" = none)
   plot_keys  the default metric keys of `ssp-jax plot`, the game-play story first
+  world_fields  what a generated world (`config.world`, ssp_jax/world_config.py) fills in the
+             game's config: (dotted config field, world file key or "dir" for the world
+             directory, True = only when the field is empty)
   """
   validate: str
   train: str
   eval: str
   probe: str = ""
   plot_keys: tuple[str, ...] = ()
+  world_fields: tuple[tuple[str, str, bool], ...] = ()
 
   def load(self, field: str) -> Any:
     """The object a reference field names (`game.load("train")(config)`)."""

@@ -13,4 +13,5 @@ GAME = dataclasses.replace(
     train="ssp_jax.search_r1.trainer:train",
     plot_keys=("solver/reward_mean", "solver/solve_rate_mean", "solver/all_same_rate",
                "solver/searches_mean", "solver/response_len", "search/failed_rate",
-               *LEARNER_KEYS))
+               *LEARNER_KEYS),
+    world_fields=ssp_entry.GAME.world_fields + (("search_r1.train_path", "qa_train", True),))

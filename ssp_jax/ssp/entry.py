@@ -12,7 +12,9 @@ GAME = GameEntry(
     probe="ssp_jax.ssp.build:probe_endpoints",
     plot_keys=("proposer/valid_rate", "proposer/rule_pass_rate", "proposer/rag_pass_rate",
                "proposer/reward_mean", "proposer/searches_mean", "solver/reward_mean",
-               "solver/solve_rate_mean", "solver/searches_mean", "batch/dummy", *LEARNER_KEYS))
+               "solver/solve_rate_mean", "solver/searches_mean", "batch/dummy", *LEARNER_KEYS),
+    world_fields=(("ssp.answers_path", "answers", True),   # the world's answer set
+                  ("ssp.world_dir", "dir", False)))        # its checker's per-step metrics
 
 PROGRESS = {"proposer/valid_rate": "valid", "solver/reward_mean": "solve", "loss": "loss"}
 
