@@ -31,6 +31,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import models  # noqa: E402
+from ssp_jax.rl import batch as batch_lib  # noqa: E402
 from ssp_jax.rl import config as rl_config  # noqa: E402
 from ssp_jax.rl.learner import Learner  # noqa: E402
 from ssp_jax.rl.roles import RoleTable  # noqa: E402
@@ -63,20 +64,20 @@ def parse_args(argv=None):
   return a
 
 
-def ssp_batch(a, vocab: int, seed: int = 0) -> dict:
+def ssp_batch(a, vocab: int, seed: int = 0) -> batch_lib.Batch:
   rng = np.random.default_rng(seed)
   n = a.proposers + a.problems * a.solver_n
   mask = np.ones((n, a.seq), np.float32)
   mask[:, : a.seq // 8] = 0
-  return {"tokens": rng.integers(1, vocab, (n, a.seq), dtype=np.int32), "loss_mask": mask,
-          "old_logp": np.zeros((n, a.seq), np.float32),
-          "length": np.full(n, a.seq, np.int32),   # full rows (packing keeps one per row)
-          "advantages": rng.normal(size=n).astype(np.float32),
-          "loss_weight": np.ones(n, np.float32),
-          "role": np.asarray([0] * a.proposers + [1] * (n - a.proposers), np.int32),
-          "prompt": np.asarray(list(range(a.proposers)) +
-                               [a.proposers + i // a.solver_n
-                                for i in range(n - a.proposers)], np.int32)}
+  return batch_lib.Batch(
+      tokens=rng.integers(1, vocab, (n, a.seq), dtype=np.int32), loss_mask=mask,
+      old_logp=np.zeros((n, a.seq), np.float32),
+      length=np.full(n, a.seq, np.int32),   # full rows (packing keeps one per row)
+      advantages=rng.normal(size=n).astype(np.float32),
+      loss_weight=np.ones(n, np.float32),
+      role=np.asarray([0] * a.proposers + [1] * (n - a.proposers), np.int32),
+      prompt=np.asarray(list(range(a.proposers)) +
+                        [a.proposers + i // a.solver_n for i in range(n - a.proposers)], np.int32))
 
 
 def rl_for(a):
@@ -90,12 +91,12 @@ def rl_for(a):
   return rl
 
 
-def run_updates(learner, batch: dict, schedule: str) -> list[dict]:
+def run_updates(learner, batch: batch_lib.Batch, schedule: str) -> list[dict]:
   table = RoleTable.from_config(learner.rl, ssp_game.ROLES)
   return run_table_updates(learner, batch, schedule, table, ssp_game.UPDATE_ORDER)
 
 
-def time_schedule(a, cfg, schedule: str, batch: dict) -> dict:
+def time_schedule(a, cfg, schedule: str, batch: batch_lib.Batch) -> dict:
   learner = Learner(cfg, rl_for(a), models.Sharder(models.make_mesh((("data", -1),
                                                                     ("tensor", 1)))))
   t0 = time.perf_counter()
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
   cfg = TINY if a.tiny else models.get_preset(a.preset)
   batch = ssp_batch(a, cfg.vocab_size)
   out = {"bench": "ssp_update", "model": "tiny" if a.tiny else a.preset, "seq": a.seq,
-         "rows": int(batch["tokens"].shape[0]), "proposers": a.proposers,
+         "rows": batch.num_rows, "proposers": a.proposers,
          "problems": a.problems, "solver_n": a.solver_n, "mini_batch": a.mini_batch,
          "micro_batch": a.micro_batch, "remat": a.remat, "kl_coef": a.kl_coef,
          "devices": jax.device_count(), "device_kind": jax.devices()[0].device_kind,

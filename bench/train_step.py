@@ -49,6 +49,7 @@ import numpy as np  # noqa: E402
 import models  # noqa: E402
 from ssp_jax.rl import config as rl_config  # noqa: E402
 from ssp_jax.rl import learner as learner_lib  # noqa: E402
+from ssp_jax.rl import step as step_lib  # noqa: E402
 from ssp_jax.rl import train_state as ts  # noqa: E402
 
 TINY = models.ModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2,
@@ -127,15 +128,6 @@ def fake_batch(cfg, K, m, T, sharder, seed=0):
   return {k: jax.device_put(v, sh[k]) for k, v in b.items()}
 
 
-def abstract_batch(cfg, K, m, T, sharder):
-  sh = learner_lib.batch_shardings(sharder)
-  shapes = {"tokens": ((K, m, T), jnp.int32), "loss_mask": ((K, m, T), jnp.float32),
-            "old_logp": ((K, m, T), jnp.float32), "advantages": ((K, m), jnp.float32),
-            "loss_weight": ((K, m), jnp.float32), "role": ((K, m), jnp.int32),
-            "prompt": ((K, m), jnp.int32)}
-  return {k: jax.ShapeDtypeStruct(s, d, sharding=sh[k]) for k, (s, d) in shapes.items()}
-
-
 def compile_step(a, cfg, rl, sharder, tx, state_sh, K, m):
   sc = learner_lib.StepConfig.from_config(rl)
   sc = learner_lib.StepConfig(**{**sc.__dict__, "micro_batch_size": m})
@@ -148,7 +140,7 @@ def compile_step(a, cfg, rl, sharder, tx, state_sh, K, m):
                                                           sharding=sh),
                        abstract["params"], state_sh["params"])
   t0 = time.perf_counter()
-  compiled = step.lower(st, ref, abstract_batch(cfg, K, m, a.seq, sharder)).compile()
+  compiled = step.lower(st, ref, step_lib.abstract_inputs(sharder, False, K, m, a.seq)).compile()
   return step, compiled, time.perf_counter() - t0
 
 
@@ -191,9 +183,9 @@ def search_micro_batch(a, cfg, rl, sharder, tx, state_sh) -> tuple[int, dict]:
 # --------------------------------------------------------------------------------------------
 # --length-mix: the same trajectories padded and packed
 # --------------------------------------------------------------------------------------------
-def _put(batch, m, sharder, packed):
-  sh = learner_lib.batch_shardings(sharder, packed)
-  micro = learner_lib.to_micro({k: batch[k] for k in sh}, m)
+def _put(batch, m, sharder):
+  sh = learner_lib.batch_shardings(sharder, batch.PACKED)
+  micro = learner_lib.to_micro(batch.step_inputs(), m)
   return {k: jax.device_put(v, sh[k]) for k, v in micro.items()}
 
 
@@ -216,17 +208,19 @@ def _time(step, state0, ref, batch, steps):
 
 def _uniform_packed(cfg, rows, T, seed=1):
   """Full-length packed rows: one segment each (the uniform-length yardstick)."""
+  from ssp_jax.rl import pack as pack_lib
   rng = np.random.default_rng(seed)
   mask = np.ones((rows, T), np.float32)
   mask[:, 0] = 0.0
-  return {"tokens": rng.integers(0, cfg.vocab_size, (rows, T), dtype=np.int32),
-          "loss_mask": mask, "old_logp": np.where(mask > 0, -8.0, 0.0).astype(np.float32),
-          "advantages": np.repeat(rng.normal(size=(rows, 1)), T, 1).astype(np.float32),
-          "loss_weight": np.ones((rows, T), np.float32),
-          "role": np.repeat((rng.random((rows, 1)) < 0.2).astype(np.int32), T, 1),
-          "segment_ids": np.ones((rows, T), np.int32),
-          "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (rows, T)).copy(),
-          "seq_tokens": np.full((rows, T), T - 1, np.float32)}
+  return pack_lib.PackedBatch(
+      tokens=rng.integers(0, cfg.vocab_size, (rows, T), dtype=np.int32),
+      loss_mask=mask, old_logp=np.where(mask > 0, -8.0, 0.0).astype(np.float32),
+      advantages=np.repeat(rng.normal(size=(rows, 1)), T, 1).astype(np.float32),
+      loss_weight=np.ones((rows, T), np.float32),
+      role=np.repeat((rng.random((rows, 1)) < 0.2).astype(np.int32), T, 1),
+      segment_ids=np.ones((rows, T), np.int32),
+      positions=np.broadcast_to(np.arange(T, dtype=np.int32), (rows, T)).copy(),
+      seq_tokens=np.full((rows, T), T - 1, np.float32))
 
 
 def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
@@ -244,7 +238,7 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
     prompt.append(g)
   adv = np.random.default_rng(2).normal(size=len(trajs))
   batch = batch_lib.make_batch(trajs, adv, roles, prompt_index=prompt, bucket=128, max_len=a.seq)
-  T = batch["tokens"].shape[1]
+  T = batch.row_len
   a.seq = T
   info = {}
   m = a.micro_batch or 0
@@ -253,7 +247,7 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
   sc = learner_lib.StepConfig.from_config(rl)
   sc = learner_lib.StepConfig(**{**sc.__dict__, "micro_batch_size": m,
                                  "max_segments": a.pack_max_segments})
-  lengths = batch["length"].astype(np.float64)
+  lengths = batch.length.astype(np.float64)
   train_f = np.array([flops_per_token(cfg, int(n))[0] for n in lengths])
   ref_f = np.array([flops_per_token(cfg, int(n))[1] for n in lengths])
   real_flops = float((lengths * (train_f + (ref_f if a.kl_coef else 0.0))).sum())
@@ -265,9 +259,9 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
          if a.kl_coef != 0 else None)
   n_dev = jax.device_count()
   peak = n_dev * 797e12
-  padded = batch_lib.pad_rows(batch, -(-len(trajs) // m) * m)
+  padded = batch.pad_rows(-(-len(trajs) // m) * m)
   pb, _, pstats = pack_lib.pack_batch(batch, T, max_segments=a.pack_max_segments)
-  pb = batch_lib.pad_rows(pb, pack_lib.micro_batches_bucket(pb["tokens"].shape[0], m))
+  pb = pb.pad_rows(pack_lib.micro_batches_bucket(pb.num_rows, m))
   layouts = {
       "padded": (padded, False, real, real_flops, real_flops_policy, len(trajs)),
       "packed": (pb, True, real, real_flops, real_flops_policy, int(pstats["rows"])),
@@ -286,8 +280,8 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
   for name, (b, packed, toks, flops, flops_policy, used_rows) in layouts.items():
     step = learner_lib.make_train_step(cfg, sc, tx, sharder, state_sh,
                                        with_ref=a.kl_coef != 0, packed=packed)
-    first, dt, loss = _time(step, state0, ref, _put(b, m, sharder, packed), a.steps)
-    rows = b["tokens"].shape[0]
+    first, dt, loss = _time(step, state0, ref, _put(b, m, sharder), a.steps)
+    rows = b.num_rows
     computed = -(-used_rows // m) * m * T        # positions of the micro-batches that run
     out.update({f"step_s_{name}": dt, f"compile_and_first_s_{name}": round(first, 2),
                 f"rows_{name}": used_rows, f"micro_batches_{name}": rows // m,

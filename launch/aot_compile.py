@@ -38,6 +38,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import models
 from ssp_jax.config_loader import load_config_file
 from ssp_jax.rl import learner as learner_lib
+from ssp_jax.rl import step as step_lib
 from ssp_jax.rl import train_state as ts
 
 
@@ -137,20 +138,9 @@ def compile_train_step(mcfg, cfg, sharder, seq, length_mix=""):
   if packed:
     seq = int(rl.get("pack_len", 0)) or seq
     K, extra = packed_micro_batches(cfg, per_update, seq, m, length_mix, mcfg.vocab_size)
-    bsh = learner_lib.batch_shardings(sharder, packed=True)
-    dtypes = {"tokens": jnp.int32, "role": jnp.int32, "segment_ids": jnp.int32,
-              "positions": jnp.int32}
-    batch = {k: _sds((K, m, seq), dtypes.get(k, jnp.float32), bsh[k]) for k in bsh}
   else:
     K = max(per_update // m, 1)
-    bsh = learner_lib.batch_shardings(sharder)
-    batch = {"tokens": _sds((K, m, seq), jnp.int32, bsh["tokens"]),
-             "loss_mask": _sds((K, m, seq), jnp.float32, bsh["loss_mask"]),
-             "old_logp": _sds((K, m, seq), jnp.float32, bsh["old_logp"]),
-             "advantages": _sds((K, m), jnp.float32, bsh["advantages"]),
-             "loss_weight": _sds((K, m), jnp.float32, bsh["loss_weight"]),
-             "role": _sds((K, m), jnp.int32, bsh["role"]),
-             "prompt": _sds((K, m), jnp.int32, bsh["prompt"])}
+  batch = step_lib.abstract_inputs(sharder, packed, K, m, seq)
   step = learner_lib.make_train_step(mcfg, sc, tx, sharder, shardings, with_ref=with_ref,
                                      packed=packed)
   compiled = step.lower(state, ref, batch).compile()

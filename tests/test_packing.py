@@ -60,35 +60,35 @@ def test_packer_keeps_prompt_groups_together_and_never_splits_a_trajectory():
   seen_prompts = []
   for part in parts:
     pb, placements, stats = pack_lib.pack_batch(part, 48, max_segments=4)
-    real = part["prompt"] >= 0
+    real = part.prompt >= 0
     assert sorted(p.source for p in placements) == list(np.flatnonzero(real))
-    seen_prompts.append(set(part["prompt"][real]))
+    seen_prompts.append(set(part.prompt[real]))
     for p in placements:
-      n = int(part["length"][p.source])
+      n = int(part.length[p.source])
       assert p.length == n                               # whole, never split
       row = slice(p.start, p.start + n)
-      np.testing.assert_array_equal(pb["tokens"][p.row, row], part["tokens"][p.source, :n])
-      np.testing.assert_array_equal(pb["positions"][p.row, row], np.arange(n))
-      assert len(set(pb["segment_ids"][p.row, row])) == 1
-      assert pb["seq_tokens"][p.row, p.start] == part["loss_mask"][p.source].sum()
-      assert np.all(pb["advantages"][p.row, row] == part["advantages"][p.source])
+      np.testing.assert_array_equal(pb.tokens[p.row, row], part.tokens[p.source, :n])
+      np.testing.assert_array_equal(pb.positions[p.row, row], np.arange(n))
+      assert len(set(pb.segment_ids[p.row, row])) == 1
+      assert pb.seq_tokens[p.row, p.start] == part.loss_mask[p.source].sum()
+      assert np.all(pb.advantages[p.row, row] == part.advantages[p.source])
     # segments numbered 1.. in order along each row, padding (0) only after the last one
-    for seg in pb["segment_ids"]:
+    for seg in pb.segment_ids:
       used = seg[seg > 0]
       assert np.all(np.diff(used) >= 0) and used[0] == 1 and np.all(np.diff(np.unique(used)) == 1)
       assert np.all(seg[len(used):] == 0)
-    assert pb["tokens"].shape[0] < real.sum()             # fewer rows than trajectories
+    assert pb.num_rows < real.sum()             # fewer rows than trajectories
     assert stats["fill_rate"] == pytest.approx(
-        part["length"][real].sum() / (pb["tokens"].shape[0] * 48))
-    assert (pb["loss_mask"].sum() == part["loss_mask"].sum())
+        part.length[real].sum() / (pb.num_rows * 48))
+    assert (pb.loss_mask.sum() == part.loss_mask.sum())
   assert not (seen_prompts[0] & seen_prompts[1])          # a prompt's group in one mini-batch
 
 
-def test_packing_needs_the_lengths():
-  b = _batch(LENGTHS)
-  del b["length"]
-  with pytest.raises(ValueError, match="length"):
-    pack_lib.pack_batch(b, 64)
+def test_packing_takes_a_padded_batch():
+  pb, _, _ = pack_lib.pack_batch(_batch(LENGTHS), 64)
+  assert pb.PACKED and not hasattr(pb, "length")
+  with pytest.raises(TypeError, match="padded ssp_jax.rl.batch.Batch, got PackedBatch"):
+    pack_lib.pack_batch(pb, 64)
 
 
 def test_micro_batch_bucket_is_a_power_of_two():
@@ -182,9 +182,9 @@ def test_cudnn_packed_attention_matches_the_masked_one():
 def _padded_and_packed(agg, row_len=48):
   """One mini-batch in both layouts, micro-batched [K, 2, ...] for `accumulate_grads`."""
   b = _batch(LENGTHS)
-  padded = batch_lib.pad_rows(b, 10)
+  padded = b.pad_rows(10)
   pb, placements, _ = pack_lib.pack_batch(b, row_len, max_segments=8)
-  pb = batch_lib.pad_rows(pb, pack_lib.micro_batches_bucket(pb["tokens"].shape[0], 2))
+  pb = pb.pad_rows(pack_lib.micro_batches_bucket(pb.num_rows, 2))
   sc = learner_lib.StepConfig(compute_dtype="float32", logprob_chunk=8, loss_agg=agg,
                               kl_coef=0.1, micro_batch_size=2,
                               remat="none", entropy_coef=0.01)
@@ -196,14 +196,14 @@ def test_packed_and_padded_log_probs_are_equal():
   b, padded, pb, placements, sc = _padded_and_packed("token-mean")
   f = jax.jit(lambda p, t, s, q: learner_lib.sequence_logprobs(
       CFG, p, t, sc, segment_ids_BT=s, positions_BT=q))
-  lp_packed, ent_packed = f(params, pb["tokens"], pb["segment_ids"], pb["positions"])
+  lp_packed, ent_packed = f(params, pb.tokens, pb.segment_ids, pb.positions)
   lp_pad, ent_pad = jax.jit(lambda p, t: learner_lib.sequence_logprobs(CFG, p, t, sc))(
-      params, padded["tokens"])
-  T = b["tokens"].shape[1]
+      params, padded.tokens)
+  T = b.tokens.shape[1]
   back = pack_lib.unpack(np.asarray(lp_packed), placements, (10, T))
   ent_back = pack_lib.unpack(np.asarray(ent_packed), placements, (10, T))
   # every scored position (index >= 1 inside a trajectory) agrees
-  scored = (np.arange(T)[None] >= 1) & (np.arange(T)[None] < b["length"][:, None])
+  scored = (np.arange(T)[None] >= 1) & (np.arange(T)[None] < b.length[:, None])
   np.testing.assert_allclose(back[scored], np.asarray(lp_pad)[:10][scored], atol=2e-5)
   np.testing.assert_allclose(ent_back[scored], np.asarray(ent_pad)[:10][scored], atol=2e-5)
 
@@ -215,21 +215,19 @@ def test_packed_and_padded_loss_and_gradients_are_equal(agg):
   b, padded, pb, _, sc = _padded_and_packed(agg)
   # an off-policy behaviour so the ratio, clipping and KL all take part
   rng = np.random.default_rng(6)
-  padded["old_logp"] = np.where(padded["loss_mask"] > 0,
-                                padded["old_logp"] - 0.3 * rng.random(padded["old_logp"].shape),
-                                0.0).astype(np.float32)
+  padded = padded.replace(old_logp=np.where(
+      padded.loss_mask > 0, padded.old_logp - 0.3 * rng.random(padded.old_logp.shape),
+      0.0).astype(np.float32))
   pb2, _, _ = pack_lib.pack_batch(padded, 48, max_segments=8)
-  pb = batch_lib.pad_rows(pb2, pb["tokens"].shape[0])
+  pb = pb2.pad_rows(pb.num_rows)
 
   def grads(mb):
     mb = {k: jnp.asarray(v) for k, v in learner_lib.to_micro(mb, 2).items()}
     return jax.jit(lambda p, r, m: learner_lib.accumulate_grads(p, r, m, CFG, sc, None, None))(
         params, ref, mb)
 
-  g_pad, m_pad = grads({k: padded[k] for k in
-                        ("tokens", "loss_mask", "old_logp", "advantages", "loss_weight", "role",
-                         "prompt")})
-  g_pk, m_pk = grads(pb)
+  g_pad, m_pad = grads(padded.step_inputs())
+  g_pk, m_pk = grads(pb.step_inputs())
   for k in m_pad:
     assert float(m_pk[k]) == pytest.approx(float(m_pad[k]), rel=1e-4, abs=1e-6), k
   assert float(m_pad["loss"]) != 0.0

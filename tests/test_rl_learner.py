@@ -25,14 +25,14 @@ def test_make_batch_alignment_masks_and_buckets():
   t = Trajectory(prompt_ids=[5, 6, 7], response_ids=[8, 9, 10, 11], loss_mask=[1, 0, 0, 1],
                  logprobs=[-0.5, 0.0, 0.0, -0.25])
   b = batch_lib.make_batch([t], [1.5], [1], bucket=4)
-  assert b["tokens"].shape == (1, 8)
-  np.testing.assert_array_equal(b["tokens"][0], [5, 6, 7, 8, 9, 10, 11, 0])
-  np.testing.assert_array_equal(b["loss_mask"][0], [0, 0, 0, 1, 0, 0, 1, 0])
-  np.testing.assert_array_equal(b["old_logp"][0], [0, 0, 0, -0.5, 0, 0, -0.25, 0])
+  assert b.tokens.shape == (1, 8)
+  np.testing.assert_array_equal(b.tokens[0], [5, 6, 7, 8, 9, 10, 11, 0])
+  np.testing.assert_array_equal(b.loss_mask[0], [0, 0, 0, 1, 0, 0, 1, 0])
+  np.testing.assert_array_equal(b.old_logp[0], [0, 0, 0, -0.5, 0, 0, -0.25, 0])
   assert batch_lib.bucket_length(129) == 256 and batch_lib.bucket_length(1) == 128
   with pytest.warns(UserWarning, match="truncated"):
     b = batch_lib.make_batch([t], [1.0], [0], bucket=4, max_len=5)
-  np.testing.assert_array_equal(b["loss_mask"][0], [0, 0, 0, 1, 0])
+  np.testing.assert_array_equal(b.loss_mask[0], [0, 0, 0, 1, 0])
   with pytest.raises(ValueError, match="one advantage and one role"):
     batch_lib.make_batch([t], [1.0, 2.0], [0])
 
@@ -40,10 +40,10 @@ def test_make_batch_alignment_masks_and_buckets():
 def test_split_mini_batches_keeps_prompts_together_and_pads():
   b = make_batch(7)
   parts = batch_lib.split_mini_batches(b, 2, row_multiple=4)
-  assert len(parts) == 2 and all(p["tokens"].shape[0] == 4 for p in parts)
-  seen = [set(p["prompt"][p["prompt"] >= 0]) for p in parts]
-  assert not (seen[0] & seen[1]) and seen[0] | seen[1] == set(b["prompt"])
-  assert sum(p["loss_mask"].sum() for p in parts) == b["loss_mask"].sum()
+  assert len(parts) == 2 and all(p.num_rows == 4 for p in parts)
+  seen = [set(p.prompt[p.prompt >= 0]) for p in parts]
+  assert not (seen[0] & seen[1]) and seen[0] | seen[1] == set(b.prompt)
+  assert sum(p.loss_mask.sum() for p in parts) == b.loss_mask.sum()
   assert batch_lib.num_mini_batches(256, 128) == 2
 
 
@@ -51,7 +51,7 @@ def test_split_mini_batches_keeps_prompts_together_and_pads():
 @pytest.mark.parametrize("chunk", [3])  # 3 does not divide T: chunks of 2
 def test_chunked_logprobs_equal_full_log_softmax(chunk):
   params = models.init_params(CFG, jax.random.PRNGKey(0))
-  tok = jnp.asarray(make_batch()["tokens"])
+  tok = jnp.asarray(make_batch().tokens)
   sc = learner_lib.StepConfig(compute_dtype="float32", logprob_chunk=chunk, temperature=0.7)
   logp, ent = jax.jit(lambda p, t: learner_lib.sequence_logprobs(CFG, p, t, sc))(params, tok)
   logits = models.decoder.forward_jit(CFG, params, tok) / 0.7
@@ -66,7 +66,7 @@ def test_masked_tokens_get_zero_gradient_through_the_lm_head():
   """d loss / d h[t] is exactly 0 where h[t] predicts a mask-0 token (its only use)."""
   params = models.init_params(CFG, jax.random.PRNGKey(1))
   b = make_batch()
-  tok = jnp.asarray(b["tokens"])
+  tok = jnp.asarray(b.tokens)
   sc = learner_lib.StepConfig(compute_dtype="float32", logprob_chunk=8)
   h = models.hidden_states(CFG, params, tok)
   w = learner_lib.lm_head_weight(CFG, params)
@@ -76,11 +76,11 @@ def test_masked_tokens_get_zero_gradient_through_the_lm_head():
     lp, _ = learner_lib.chunked_logprobs(w, h, tgt, chunk=sc.logprob_chunk)
     lp = jnp.concatenate([lp[:, :1] * 0, lp[:, :-1]], 1)
     # on-policy (ratio 1), so no token is clipped and every loss token has a gradient
-    return losses.policy_loss(lp, jax.lax.stop_gradient(lp), None, b["advantages"],
-                              b["loss_mask"], kl_coef=0.0)[0]
+    return losses.policy_loss(lp, jax.lax.stop_gradient(lp), None, b.advantages,
+                              b.loss_mask, kl_coef=0.0)[0]
 
   g = np.asarray(jax.grad(loss)(h))           # [B, T, D]; h[t] scores token t + 1
-  scores_masked = b["loss_mask"][:, 1:] == 0
+  scores_masked = b.loss_mask[:, 1:] == 0
   assert np.all(g[:, :-1][scores_masked] == 0.0)
   assert np.all(np.abs(g[:, :-1][~scores_masked]).sum(-1) > 0)
 
@@ -88,9 +88,8 @@ def test_masked_tokens_get_zero_gradient_through_the_lm_head():
 def test_observation_old_and_ref_logprobs_change_nothing_in_the_step():
   learner = learner_lib.Learner(CFG, rl_cfg(recompute_old_logp=False))
   b = make_batch()
-  b2 = dict(b)
-  noise = np.random.default_rng(3).normal(size=b["old_logp"].shape).astype(np.float32)
-  b2["old_logp"] = np.where(b["loss_mask"] > 0, b["old_logp"], noise * 100)
+  noise = np.random.default_rng(3).normal(size=b.old_logp.shape).astype(np.float32)
+  b2 = b.replace(old_logp=np.where(b.loss_mask > 0, b.old_logp, noise * 100))
   sc = learner.sc
   p = learner.state["params"]
   p_sh = learner.state_shardings["params"]
@@ -98,7 +97,7 @@ def test_observation_old_and_ref_logprobs_change_nothing_in_the_step():
       p, learner.ref_params, mb, CFG, sc, None, p_sh))
   grads = []
   for bb in (b, b2):
-    mb = {k: jnp.asarray(v) for k, v in learner_lib.to_micro(bb, 2).items()}
+    mb = {k: jnp.asarray(v) for k, v in learner_lib.to_micro(bb.step_inputs(), 2).items()}
     grads.append(grad_fn(p, mb))
   for a, c in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
     np.testing.assert_array_equal(a, c)
@@ -108,7 +107,7 @@ def test_observation_old_and_ref_logprobs_change_nothing_in_the_step():
 def test_updates_decrease_the_loss_and_change_params():
   learner = learner_lib.Learner(CFG, rl_cfg(recompute_old_logp=False))
   b = make_batch()
-  b["old_logp"] = np.where(b["loss_mask"] > 0, learner.logprobs(b), 0.0)  # fixed behaviour
+  b = b.replace(old_logp=np.where(b.loss_mask > 0, learner.logprobs(b), 0.0))  # fixed behaviour
   p0 = jax.device_get(learner.state["params"])
   losses = [learner.update(b)[0]["loss"] for _ in range(6)]
   assert losses[-1] < losses[0] - 1e-3, losses
@@ -146,8 +145,7 @@ def test_fused_old_logp_equals_a_separate_old_logp_pass(pack):
 def test_nonfinite_update_is_skipped_and_counted():
   learner = learner_lib.Learner(CFG, rl_cfg(max_nonfinite_steps=2))
   bad = make_batch()
-  bad["advantages"] = bad["advantages"].copy()
-  bad["advantages"][1] = np.nan
+  bad = bad.replace(advantages=np.where(np.arange(bad.num_rows) == 1, np.nan, bad.advantages))
   p0 = jax.device_get(learner.state["params"])
   o0 = jax.device_get(learner.state["opt_state"])
   m = learner.update(bad)[0]

@@ -51,7 +51,7 @@ def make(cls=Learner, **kw):
 
 
 def rows(batch, role):
-  return batch_lib.take_rows(batch, np.flatnonzero(batch["role"] == role))
+  return batch.take_rows(np.flatnonzero(batch.role == role))
 
 
 def test_optimizer_steps_per_role_and_lr_once_per_call():
@@ -99,12 +99,12 @@ def test_solver_old_logprobs_come_after_the_proposer_update():
   ref = make(pack=False, fuse_old_logp=False)   # the same proposer update, a fresh learner
   ref.update(rows(batch, 0), num_mini_batches=1, lr_once=True)
   solver_rows = rows(batch, 1)
-  first = batch_lib.take_rows(solver_rows, np.arange(4))
+  first = solver_rows.take_rows(np.arange(4))
   expect = ref.logprobs(first)
-  mask = first["loss_mask"] > 0
+  mask = first.loss_mask > 0
   np.testing.assert_allclose(solver_old[:4][mask], expect[mask], atol=1e-5)
   # ... which differ from the log-probs before any update (the weights moved)
-  before = initial[batch["role"] == 1][:4]
+  before = initial[batch.role == 1][:4]
   assert np.abs(solver_old[:4][mask] - before[mask]).max() > 1e-3
   # so the solver's first update is on-policy (ratio 1): no policy drift
   assert abs(ups[1]["ppo_kl"]) < 1e-6 and ups[1]["clipfrac"] == 0.0

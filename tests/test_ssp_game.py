@@ -157,7 +157,7 @@ def test_whole_step_trajectories_rewards_masks_and_update(world):
                                                       np.asarray(problems)), atol=1e-6)
   # masks: observation tokens of the proposer never reach the loss
   for row, t in enumerate(out.trajectories):
-    assert batch["loss_mask"][row].sum() == sum(t.loss_mask)
+    assert batch.loss_mask[row].sum() == sum(t.loss_mask)
   assert sum(out.trajectories[0].loss_mask) < len(out.trajectories[0].response_ids)
   # the update moves the params and reports finite metrics
   learner = Learner(world["cfg"], world["rl"], params=world["params"])

@@ -18,8 +18,8 @@ from models.sharding import Sharder
 from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl import pack as pack_lib
 from ssp_jax.rl import train_state as ts
-from ssp_jax.rl.step import (PACKED_INPUTS, StepConfig, batch_shardings, is_packed,
-                             make_logprob_fn, make_train_step, to_micro)
+from ssp_jax.rl.step import (PACKED_INPUTS, StepConfig, batch_shardings, make_logprob_fn,
+                             make_train_step, to_micro)
 from ssp_jax.rl.step import (  # noqa: F401  (the step's names, as `ssp_jax.rl.learner.<name>`)
     accumulate_grads, chunked_logprobs, lm_head_weight, sequence_logprobs, train_step)
 
@@ -84,33 +84,34 @@ class Learner:
                                with_ref=self.ref_params is not None)
     self.pack_stats: list[dict[str, float]] = []   # the last update's packing, per mini-batch
 
-  def put(self, mb: dict) -> dict:
-    """[M, ...] numpy mini-batch -> [K, m, ...] device arrays with the batch shardings (fields
-    the step does not read, e.g. the host-only `length`, stay behind)."""
-    sh = batch_shardings(self.sharder, is_packed(mb))
+  def put(self, mb: batch_lib.Rows) -> dict:
+    """[M, ...] numpy mini-batch -> {field: [K, m, ...] device array} with the batch shardings
+    (`mb.step_inputs()`: fields the step does not read, e.g. the host-only `length`, stay)."""
+    sh = batch_shardings(self.sharder, mb.PACKED)
     # Every process holds the whole batch and hands each of its devices its own slice (works
     # on one host and on several).
-    micro = to_micro({k: mb[k] for k in sh}, self.sc.micro_batch_size)
+    micro = to_micro(mb.step_inputs(), self.sc.micro_batch_size)
     return {k: jax.make_array_from_callback(v.shape, sh[k], lambda idx, v=v: v[idx])
             for k, v in micro.items()}
 
-  def logprobs(self, batch: dict) -> np.ndarray:
-    """Aligned log-probs [N, T] of `batch["tokens"]` under the current policy (a padded or a
-    packed batch)."""
-    n = batch["tokens"].shape[0]
+  def logprobs(self, batch: batch_lib.Rows) -> np.ndarray:
+    """Aligned log-probs [N, T] of `batch.tokens` under the current policy (a padded `Batch`
+    or a `PackedBatch`)."""
+    n = batch.num_rows
     m = self.sc.micro_batch_size
-    packed = is_packed(batch)
-    padded = batch_lib.pad_rows(batch, int(math.ceil(max(n, 1) / m)) * m)
+    packed = batch.PACKED
+    padded = batch.pad_rows(int(math.ceil(max(n, 1) / m)) * m)
     dev = self.put(padded)
     inputs = {k: dev[k] for k in ("tokens",) + (PACKED_INPUTS if packed else ())}
     out = np.asarray(jax.device_get(self.steps.get(packed)[1](self.state["params"], inputs)))
     return out.reshape(-1, out.shape[-1])[:n]
 
-  def pack_len(self, batch: dict) -> int:
+  def pack_len(self, batch: batch_lib.Batch) -> int:
     """Tokens per packed row: rl.pack_len, or the padded layout's row length when 0."""
-    return int(self.rl.pack_len) or int(batch["tokens"].shape[1])
+    return int(self.rl.pack_len) or batch.row_len
 
-  def mini_batches(self, batch: dict, k: int, seed: Optional[int]) -> list[dict]:
+  def mini_batches(self, batch: batch_lib.Batch, k: int,
+                   seed: Optional[int]) -> list[batch_lib.Rows]:
     """The update's `k` mini-batches in the step's layout, all with one row count.
 
     Prompts are dealt to mini-batches as in the padded layout (a prompt's rows stay together);
@@ -134,10 +135,10 @@ class Learner:
       stats = dict(stats, row_fill=stats["fill_rate"], fill_rate=stats["real_tokens"] / computed)
       packed.append(pb)
       self.pack_stats.append(stats)
-    rows = pack_lib.micro_batches_bucket(max(p["tokens"].shape[0] for p in packed), m)
-    return [batch_lib.pad_rows(p, rows) for p in packed]
+    rows = pack_lib.micro_batches_bucket(max(p.num_rows for p in packed), m)
+    return [p.pad_rows(rows) for p in packed]
 
-  def update(self, batch: dict, *, num_prompts: Optional[int] = None,
+  def update(self, batch: batch_lib.Batch, *, num_prompts: Optional[int] = None,
              num_mini_batches: Optional[int] = None,
              lr_once: bool = False) -> list[dict[str, float]]:
     """One update call: old log-probs (when rl.recompute_old_logp), then one optimizer step per
@@ -148,8 +149,7 @@ class Learner:
     by one for the whole call (veRL steps its scheduler once per update_actor call); otherwise
     it advances per optimizer step. Returns one metrics dict per update (with its `lr`).
     """
-    batch = dict(batch)
-    prompts = np.unique(batch["prompt"][batch["prompt"] >= 0]).size
+    prompts = np.unique(batch.prompt[batch.prompt >= 0]).size
     k = num_mini_batches or batch_lib.num_mini_batches(num_prompts or prompts,
                                                        self.rl.mini_batch_size)
     step = int(jax.device_get(self.state["step"]))
@@ -161,8 +161,8 @@ class Learner:
     onpolicy = bool(self.rl.recompute_old_logp and len(mbs) == 1
                     and self.rl.get("fuse_old_logp", True))
     if self.rl.recompute_old_logp and not onpolicy:  # all with the policy before the first step
-      for mb in mbs:
-        mb["old_logp"] = np.where(mb["loss_mask"] > 0, self.logprobs(mb), 0.0)
+      mbs = [mb.replace(old_logp=np.where(mb.loss_mask > 0, self.logprobs(mb), 0.0))
+             for mb in mbs]
     lr_fn = ts.lr_schedule(self.rl.lr, self.rl.warmup_steps)
     count0 = ts.schedule_count(self.state)
     out, lrs = [], []
@@ -170,7 +170,7 @@ class Learner:
       if lr_once:
         self.state = ts.with_schedule_count(self.state, count0)
       lrs.append(float(lr_fn(count0 if lr_once else count0 + i)))
-      step_fn = self.steps.get(is_packed(mb), onpolicy)[0]
+      step_fn = self.steps.get(mb.PACKED, onpolicy)[0]
       self.state, metrics = step_fn(self.state, self.ref_params, self.put(mb))
       out.append(metrics)
     if lr_once and out:

@@ -2,19 +2,8 @@
 
 A padded batch (`ssp_jax.rl.batch`) spends one row per trajectory, padded to the longest; with
 SSP's mix of long proposer searches and short solver answers most of its positions are padding.
-A packed batch lays trajectories end to end in rows of `row_len` tokens:
-
-  tokens       int32   [R, T]  trajectories one after another, then `pad_id`
-  loss_mask    float32 [R, T]  as padded, and 0 on every segment's first token (it has no
-                               context inside its segment; a prompt token in practice)
-  old_logp     float32 [R, T]  as padded
-  advantages   float32 [R, T]  the advantage of the token's trajectory (0 on padding)
-  loss_weight  float32 [R, T]  the role loss weight of the token's trajectory (0 on padding)
-  role         int32   [R, T]  the role of the token's trajectory (0 on padding)
-  segment_ids  int32   [R, T]  1, 2, ... per trajectory in the row, in order; 0 on padding
-  positions    int32   [R, T]  0.. restarting in every segment (rope positions)
-  seq_tokens   float32 [R, T]  the loss-token count of the token's trajectory (aggregations
-                               per trajectory: `ssp_jax.rl.losses.aggregation_weights`)
+A packed batch (`PackedBatch`, its fields listed on the class) lays trajectories end to end in
+rows of `row_len` tokens; every field is per token, [R, T].
 
 The model attends only within a segment (`models.layers.segment_mask`, or cuDNN's packed
 layout), so every trajectory's log-probs, loss and gradient are those of the padded layout.
@@ -30,9 +19,26 @@ from typing import Sequence
 
 import numpy as np
 
-Batch = dict[str, np.ndarray]
-PACKED_KEYS = ("tokens", "loss_mask", "old_logp", "advantages", "loss_weight", "role",
-               "segment_ids", "positions", "seq_tokens")
+from ssp_jax.rl.batch import Batch, Rows, column
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PackedBatch(Rows):
+  """Trajectories end to end in R rows of T tokens (every field is read by the step)."""
+  PACKED = True
+  tokens: np.ndarray = column(np.int32, "R", "T")         # trajectories end to end, then pad_id
+  # as padded, and 0 on every segment's first token (no context inside its segment)
+  loss_mask: np.ndarray = column(np.float32, "R", "T")
+  old_logp: np.ndarray = column(np.float32, "R", "T")     # as padded
+  # the advantage / role loss weight / role of the token's trajectory (0 on padding)
+  advantages: np.ndarray = column(np.float32, "R", "T")
+  loss_weight: np.ndarray = column(np.float32, "R", "T")
+  role: np.ndarray = column(np.int32, "R", "T")
+  segment_ids: np.ndarray = column(np.int32, "R", "T")    # 1, 2, ... per trajectory; 0 on padding
+  positions: np.ndarray = column(np.int32, "R", "T")      # 0.. restarting in every segment (rope)
+  # the loss-token count of the token's trajectory (per-trajectory aggregations:
+  # `ssp_jax.rl.losses.aggregation_weights`)
+  seq_tokens: np.ndarray = column(np.float32, "R", "T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,49 +75,38 @@ def first_fit_decreasing(lengths: Sequence[int], row_len: int,
 
 
 def pack_batch(batch: Batch, row_len: int, *, max_segments: int = 64,
-               pad_id: int = 0) -> tuple[Batch, list[Placement], dict[str, float]]:
+               pad_id: int = 0) -> tuple[PackedBatch, list[Placement], dict[str, float]]:
   """Packs the trajectories of a padded batch (rows with prompt >= 0) into rows of row_len.
 
-  Needs `batch["length"]` (tokens of each row before padding, written by `make_batch`).
   Returns (packed batch, placements, stats: real_tokens, rows, row_len, fill_rate,
   segments_per_row). A trajectory longer than row_len loses its tail (a warning says how many).
   """
-  if "length" not in batch:
-    raise ValueError("packing needs batch['length'] (the unpadded length of each row); build the "
-                     "batch with ssp_jax.rl.batch.make_batch or set rl.pack=False")
-  src = np.flatnonzero((batch["prompt"] >= 0) & (batch["length"] > 0))
-  lengths = np.minimum(batch["length"][src], min(row_len, batch["tokens"].shape[1]))
-  cut = int((batch["length"][src] > row_len).sum())
+  if not isinstance(batch, Batch):
+    raise TypeError(f"pack_batch packs a padded ssp_jax.rl.batch.Batch, got {type(batch).__name__}")
+  src = np.flatnonzero((batch.prompt >= 0) & (batch.length > 0))
+  lengths = np.minimum(batch.length[src], min(row_len, batch.row_len))
+  cut = int((batch.length[src] > row_len).sum())
   if cut:
     warnings.warn(f"{cut} of {src.size} sequences are longer than the packed row "
                   f"(rl.pack_len={row_len}) and were truncated")
   bins = first_fit_decreasing(lengths, row_len, max_segments)
   R = max(len(bins), 1)
-  out = {
-      "tokens": np.full((R, row_len), pad_id, np.int32),
-      "loss_mask": np.zeros((R, row_len), np.float32),
-      "old_logp": np.zeros((R, row_len), np.float32),
-      "advantages": np.zeros((R, row_len), np.float32),
-      "loss_weight": np.zeros((R, row_len), np.float32),
-      "role": np.zeros((R, row_len), np.int32),
-      "segment_ids": np.zeros((R, row_len), np.int32),
-      "positions": np.zeros((R, row_len), np.int32),
-      "seq_tokens": np.zeros((R, row_len), np.float32),
-  }
+  out = {k: np.full((R, row_len), pad_id if k == "tokens" else 0, dtype)
+         for k, (dtype, _) in PackedBatch.step_fields().items()}
   placements = []
   for r, items in enumerate(bins):
     col = 0
     for j, i in enumerate(sorted(items)):   # original order inside a row (deterministic)
       s, n = int(src[i]), int(lengths[i])
       sl = slice(col, col + n)
-      out["tokens"][r, sl] = batch["tokens"][s, :n]
-      mask = batch["loss_mask"][s, :n].astype(np.float32).copy()
+      out["tokens"][r, sl] = batch.tokens[s, :n]
+      mask = batch.loss_mask[s, :n].astype(np.float32).copy()
       mask[0] = 0.0
       out["loss_mask"][r, sl] = mask
-      out["old_logp"][r, sl] = np.where(mask > 0, batch["old_logp"][s, :n], 0.0)
-      out["advantages"][r, sl] = batch["advantages"][s]
-      out["loss_weight"][r, sl] = batch["loss_weight"][s]
-      out["role"][r, sl] = batch["role"][s]
+      out["old_logp"][r, sl] = np.where(mask > 0, batch.old_logp[s, :n], 0.0)
+      out["advantages"][r, sl] = batch.advantages[s]
+      out["loss_weight"][r, sl] = batch.loss_weight[s]
+      out["role"][r, sl] = batch.role[s]
       out["segment_ids"][r, sl] = j + 1
       out["positions"][r, sl] = np.arange(n, dtype=np.int32)
       out["seq_tokens"][r, sl] = mask.sum()
@@ -121,7 +116,7 @@ def pack_batch(batch: Batch, row_len: int, *, max_segments: int = 64,
   stats = {"real_tokens": float(real), "rows": float(len(bins)), "row_len": float(row_len),
            "fill_rate": real / float(max(len(bins), 1) * row_len),
            "segments_per_row": len(src) / float(max(len(bins), 1))}
-  return out, placements, stats
+  return PackedBatch(**out), placements, stats
 
 
 def unpack(values_RT: np.ndarray, placements: Sequence[Placement], shape: tuple[int, int],

@@ -43,16 +43,16 @@ def update_by_role(learner, batch: batch_lib.Batch, table: RoleTable, order: Seq
   ppo_mini_batch_size x rollout.n (SSP paper setting: proposer 256 rows -> 1 step, solver
   1280 rows -> 2).
   """
-  prompt = batch["prompt"]
+  prompt = batch.prompt
   if rows_per_mini_batch is None:
     _, sizes = np.unique(prompt[prompt >= 0], return_counts=True)
     rows_per_mini_batch = learner.rl.mini_batch_size * int(sizes.max(initial=1))
   out = {}
   for name, role in zip(order, table.ids(order)):
-    idx = np.flatnonzero((batch["role"] == role) & (prompt >= 0))
+    idx = np.flatnonzero((batch.role == role) & (prompt >= 0))
     if not idx.size:
       continue
-    sub = batch_lib.take_rows(batch, idx)
+    sub = batch.take_rows(idx)
     k = max(1, int(math.ceil(idx.size / rows_per_mini_batch)))
     out[name] = learner.update(sub, num_mini_batches=k, lr_once=True)
   return out

@@ -25,6 +25,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import models
 from models.decoder import lm_head_weight
 from models.sharding import Sharder, constrain
+from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl import losses
 from ssp_jax.rl import pack as pack_lib
 from ssp_jax.rl import train_state as ts
@@ -145,6 +146,7 @@ PACKED_INPUTS = ("segment_ids", "positions")   # extra per-token model inputs of
 
 
 def is_packed(mb: dict) -> bool:
+  """Whether a step input dict (`Rows.step_inputs`, micro-batched) has the packed layout."""
   return "segment_ids" in mb
 
 
@@ -233,7 +235,8 @@ def accumulate_grads(params, ref_params, mb, cfg, sc: StepConfig, sharder, p_sha
 def train_step(state: ts.TrainState, ref_params: Any, mb: dict, *, cfg: models.ModelConfig,
                sc: StepConfig, tx: optax.GradientTransformation, sharder: Sharder,
                p_shardings: Any) -> tuple[ts.TrainState, dict]:
-  """One optimizer update on a mini-batch (`batch` fields reshaped by `to_micro` to [K, m, ...]).
+  """One optimizer update on a mini-batch: `mb` is its `Rows.step_inputs()` (a dict, the step's
+  pytree), reshaped by `to_micro` to [K, m, ...].
 
   A non-finite loss or gradient norm leaves params and optimizer state untouched and counts
   the skip in `state["nonfinite"]` (consecutive) and `state["nonfinite_total"]`.
@@ -267,16 +270,26 @@ def train_step(state: ts.TrainState, ref_params: Any, mb: dict, *, cfg: models.M
   return new_state, metrics
 
 
-def batch_shardings(sharder: Sharder, packed: bool = False) -> dict:
-  """[K, m, ...] micro-batched fields: rows (m) over the batch mesh axes, the rest replicated.
+def layout(packed: bool) -> type[batch_lib.Rows]:
+  """The host batch class of a layout: `PackedBatch` or the padded `Batch`."""
+  return pack_lib.PackedBatch if packed else batch_lib.Batch
 
-  packed: the fields of `ssp_jax.rl.pack.PACKED_KEYS`, all [K, m, T]."""
+
+def batch_shardings(sharder: Sharder, packed: bool = False) -> dict:
+  """The step's inputs (`Rows.step_fields` of the layout), micro-batched to [K, m, ...]: rows
+  (m) over the batch mesh axes, the rest replicated. Padded: tokens, loss_mask, old_logp
+  [K, m, T] and advantages, loss_weight, role, prompt [K, m]; packed: every field [K, m, T]."""
   row = sharder.spec(("act_batch",))[0]
-  mk = lambda *rest: NamedSharding(sharder.mesh, P(None, row, *rest))
-  if packed:
-    return {k: mk(None) for k in pack_lib.PACKED_KEYS}
-  return {"tokens": mk(None), "loss_mask": mk(None), "old_logp": mk(None),
-          "advantages": mk(), "loss_weight": mk(), "role": mk(), "prompt": mk()}
+  return {k: NamedSharding(sharder.mesh, P(None, row, *[None] * (len(dims) - 1)))
+          for k, (_, dims) in layout(packed).step_fields().items()}
+
+
+def abstract_inputs(sharder: Sharder, packed: bool, K: int, m: int, T: int) -> dict:
+  """ShapeDtypeStructs of the step's inputs (K micro-batches of m rows of T tokens), for
+  `jit(...).lower` without data."""
+  sh = batch_shardings(sharder, packed)
+  return {k: jax.ShapeDtypeStruct((K, m) + (T,) * (len(dims) - 1), dtype, sharding=sh[k])
+          for k, (dtype, dims) in layout(packed).step_fields().items()}
 
 
 def make_train_step(cfg: models.ModelConfig, sc: StepConfig, tx: optax.GradientTransformation,

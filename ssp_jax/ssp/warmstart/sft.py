@@ -56,8 +56,7 @@ def packed_rows(trajs: Sequence[Trajectory], row_len: int,
   b = batch_lib.make_batch(trajs, np.zeros(len(trajs)), np.zeros(len(trajs), np.int32),
                            bucket=row_len, max_len=row_len)
   pb, _, stats = pack_lib.pack_batch(b, row_len, max_segments=max_segments)
-  return (pb["tokens"], pb["loss_mask"].astype(np.float32), pb["segment_ids"],
-          pb["positions"]), stats
+  return (pb.tokens, pb.loss_mask.astype(np.float32), pb.segment_ids, pb.positions), stats
 
 
 def batches(rows: tuple[np.ndarray, ...], batch_size: int,
