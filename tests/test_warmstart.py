@@ -173,3 +173,13 @@ def test_demonstrations_longer_than_a_row_are_named(setup, capsys):
   assert len(kept) == sum(size(d) < longest for d in demos) < len(demos)
   assert "left out" in capsys.readouterr().err
   assert fit_to_rows(demos, longest) == demos
+
+
+def test_shipped_data_files_the_code_names_exist():
+  """Paths built from a module's own location break when the module moves (the warm start's
+  eval-support file did when warmstart/ moved under ssp/: the first run died after the index)."""
+  from ssp_jax.ssp.warmstart.run import EVAL_SUPPORT
+  from ssp_jax.svs import arith, gsm
+  assert os.path.isfile(EVAL_SUPPORT), EVAL_SUPPORT
+  assert D.eval_support_ids([EVAL_SUPPORT])        # the passages demonstrations must avoid
+  assert os.path.isfile(arith.DEFAULT_PATH) and os.path.isdir(gsm.DATA_DIR)

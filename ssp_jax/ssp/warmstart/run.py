@@ -28,13 +28,13 @@ import jax
 
 import models
 from models.cache import cache_root, ensure_writable, write_failed
+from ssp_jax.eval.data import builtin_path
 from ssp_jax.ssp.warmstart import demos as demos_lib
 from ssp_jax.ssp.warmstart.sft import sft
 
 log = logging.getLogger(__name__)
 VERSION = 3      # bump when the demonstrations or the SFT change meaning
-EVAL_SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
-                            "eval_wiki_sample.jsonl")
+EVAL_SUPPORT = builtin_path("wiki_sample")   # its passages are never demonstrations
 
 
 def _file_id(path: str) -> str:
