@@ -127,3 +127,18 @@ def test_tools_sharing_a_trigger_are_refused(model):
   rc = _engine(model, None).cfg
   with pytest.raises(ValueError, match="share the trigger"):
     RolloutEngine(cfg, tok, rc, tools=[SearchTool(None, tok, rc), Calc(tok, "<", rc.search_close)])
+
+
+def test_decode_weights_fuse_unless_heads_are_split(model):
+  """A one-device mesh (every training run on one GPU has one) fuses the decode projections;
+  a mesh that splits the heads over `tensor` keeps them separate."""
+  import models
+  cfg, params, tok = model
+  eng = _engine(model, None)
+  one = models.Sharder(models.make_mesh((("data", -1), ("tensor", 1)), jax.devices()[:1]),
+                       models.DEFAULT_RULES)
+  two = models.Sharder(models.make_mesh((("data", 1), ("tensor", 2)), jax.devices()[:2]),
+                       models.DEFAULT_RULES)
+  assert RolloutEngine(cfg, tok, eng.cfg)._can_fuse()
+  assert RolloutEngine(cfg, tok, eng.cfg, None, one)._can_fuse()
+  assert not RolloutEngine(cfg, tok, eng.cfg, None, two)._can_fuse()

@@ -89,6 +89,12 @@ class RolloutEngine:
                        f"is {model_cfg.vocab_size}; use the tokenizer of this checkpoint")
 
   # -- public API ----------------------------------------------------------------------------
+  def _can_fuse(self) -> bool:
+    """Fused q/k/v and gate/up decode weights (decode_step.decode_params) unless the heads or
+    the MLP are split over a mesh axis (a one-device mesh splits nothing)."""
+    return self.sharder is None or all(self.sharder.axis_size(a) == 1
+                                       for a in ("q_heads", "kv_heads", "mlp"))
+
   def generate(self, params, prompts: Sequence[Prompt], rng: jax.Array, *,
                stop: Optional[Sequence[str]] = None, use_search: Optional[bool] = None,
                temperature: Optional[float] = None, top_p: Optional[float] = None,
@@ -162,7 +168,7 @@ class RolloutEngine:
                                      batch_size(c, self.sharder, n), cap, steps, stats)
     st = slots.init_state(window=tables.prefix_VM.shape[1])
     # fused q/k/v and gate/up GEMMs when unsharded (decode_step.decode_params)
-    dparams = S.make_decode_params(self.model_cfg, params, self.dtype, self.sharder is None)
+    dparams = S.make_decode_params(self.model_cfg, params, self.dtype, self._can_fuse())
     rows: list[Optional[Row]] = [None] * slots.B
     out: list[Optional[Trajectory]] = [None] * n
     for k in itertools.count():   # one decode call each
