@@ -10,7 +10,12 @@
 #   d7  7B, 256 slots, single turn: separate vs fused weights
 #   m   0.5B, 256 slots, multi-turn (1 prompt a slot, 1,024-token responses, 512-token
 #       observations): dense and paged
-# Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site).
+#   l   0.5B, 256 slots, multi-turn with 8,192-token responses, paged, cold (compiles counted)
+#   u   0.5B update on the length mix of one configs/ssp_small_h200.py step (64 proposer + 320
+#       solver trajectories, bench/length_mix_ssp_small.json): packed vs padded
+# Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
+# directory, default /tmp/issue26_prof: traces are many files, so not under OUT), T (seconds a
+# run may take, default 240).
 set -uo pipefail
 if [ $# -lt 1 ]; then
   echo 'usage: STAGES="d d7 m" bash bench/issue26_h200.sh OUT_DIR' >&2
@@ -27,17 +32,18 @@ B="$PY bench/sampler.py --batches 256 --repeats 2 --peer none"
 run() {   # name, then the command; its lines go to OUT/name.jsonl and stdout
   local name=$1; shift
   echo "== $name: $*" >&2
-  timeout 240 "$@" 2> >(tail -5 >&2) | tee "$OUT/$name.jsonl"
+  timeout "${T:-240}" "$@" 2> >(tail -5 >&2) | tee "$OUT/$name.jsonl"
 }
+PROF=${PROF:-/tmp/issue26_prof}
 CB="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
 for s in $STAGES; do
   case $s in
     d)
       run d_separate $B --presets qwen2.5-0.5b --no-fuse
-      run d_fused $B --presets qwen2.5-0.5b --profile "$OUT/prof_d"
+      run d_fused $B --presets qwen2.5-0.5b --profile "$PROF/d"
       run d_fused_rbg $B --presets qwen2.5-0.5b --prng rbg
       XLA_FLAGS="$CB" run d_fused_rbg_cmdbuf $B --presets qwen2.5-0.5b --prng rbg
-      $PY bench/trace_summary.py "$OUT/prof_d" --top 40 > "$OUT/d_trace.jsonl" ;;
+      $PY bench/trace_summary.py "$PROF/d" --top 40 > "$OUT/d_trace.jsonl" ;;
     d7)
       run d7_separate $B --presets qwen2.5-7b --no-fuse --repeats 1
       run d7_fused $B --presets qwen2.5-7b --repeats 1 ;;
@@ -46,6 +52,14 @@ for s in $STAGES; do
         --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1
       run m_paged $B --presets qwen2.5-0.5b --kv-layout paged --multiturn \
         --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 ;;
+    l)
+      T=${T:-420} run l_paged_8192 $B --presets qwen2.5-0.5b --kv-layout paged --no-single \
+        --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 --no-warmup \
+        --repeats 1 ;;
+    u)
+      XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 run u_small $PY bench/train_step.py \
+        --length-mix ssp_small --preset qwen2.5-0.5b --seq 4096 --remat none --attn-impl auto \
+        --micro-batch 8 --traj 384 --steps 2 ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done

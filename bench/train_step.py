@@ -84,6 +84,8 @@ def parse_args(argv=None):
   p.add_argument("--length-scale", type=float, default=0.0,
                  help="multiplies the mix's lengths (default 1, 1/16 with --tiny)")
   p.add_argument("--pack-max-segments", type=int, default=64)
+  p.add_argument("--pack-len", type=int, default=0,
+                 help="tokens per packed row (rl.pack_len; 0: the padded rows' length)")
   return p.parse_args(argv)
 
 
@@ -260,21 +262,22 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
   n_dev = jax.device_count()
   peak = n_dev * 797e12
   padded = batch.pad_rows(-(-len(trajs) // m) * m)
-  pb, _, pstats = pack_lib.pack_batch(batch, T, max_segments=a.pack_max_segments)
+  P = a.pack_len or T   # packed row length (rl.pack_len); the padded rows stay at T
+  pb, _, pstats = pack_lib.pack_batch(batch, P, max_segments=a.pack_max_segments)
   pb = pb.pad_rows(pack_lib.micro_batches_bucket(pb.num_rows, m))
   layouts = {
       "padded": (padded, False, real, real_flops, real_flops_policy, len(trajs)),
       "packed": (pb, True, real, real_flops, real_flops_policy, int(pstats["rows"])),
   }
   full_rows = -(-int(pstats["rows"]) // m) * m
-  uf = flops_per_token(cfg, T)
-  layouts["uniform"] = (_uniform_packed(cfg, full_rows, T), True, float(full_rows * (T - 1)),
-                        full_rows * T * (uf[0] + (uf[1] if a.kl_coef else 0.0)),
-                        full_rows * T * uf[0], full_rows)
+  uf = flops_per_token(cfg, P)
+  layouts["uniform"] = (_uniform_packed(cfg, full_rows, P), True, float(full_rows * (P - 1)),
+                        full_rows * P * (uf[0] + (uf[1] if a.kl_coef else 0.0)),
+                        full_rows * P * uf[0], full_rows)
   out = {"bench": "train_step_length_mix", "model": "tiny" if a.tiny else a.preset,
          "length_mix": a.length_mix, "length_scale": scale, "traj": len(trajs),
          "real_tokens": int(real), "mean_len": real / len(trajs), "max_len": int(lengths.max()),
-         "row_len": T, "micro_batch": m, "devices": n_dev,
+         "row_len": T, "pack_len": P, "micro_batch": m, "devices": n_dev,
          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
          "remat": a.remat, "attn_impl": rl.attn_impl, "kl_coef": a.kl_coef, **info}
   for name, (b, packed, toks, flops, flops_policy, used_rows) in layouts.items():
@@ -282,7 +285,7 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
                                        with_ref=a.kl_coef != 0, packed=packed)
     first, dt, loss = _time(step, state0, ref, _put(b, m, sharder), a.steps)
     rows = b.num_rows
-    computed = -(-used_rows // m) * m * T        # positions of the micro-batches that run
+    computed = -(-used_rows // m) * m * b.tokens.shape[1]   # positions of the micro-batches that run
     out.update({f"step_s_{name}": dt, f"compile_and_first_s_{name}": round(first, 2),
                 f"rows_{name}": used_rows, f"micro_batches_{name}": rows // m,
                 f"fill_rate_{name}": toks / computed, f"real_tok_s_{name}": toks / dt,
