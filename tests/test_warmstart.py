@@ -3,6 +3,7 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -14,7 +15,8 @@ from ssp_jax.testing.small_retriever import WIKI_SNIPPETS, SmallBM25Retriever
 from ssp_jax.testing.tiny_checkpoint import make_tiny_checkpoint
 from ssp_jax.tokenizer import load_tokenizer
 from ssp_jax.ssp.warmstart import demos as D
-from ssp_jax.ssp.warmstart.sft import nll_loss, sft
+from ssp_jax.rl.learner import sequence_logprobs
+from ssp_jax.ssp.warmstart.sft import nll_loss, num_scored, sft
 
 TOPK, MAX_OBS = 2, 400
 ANSWERS = [("Herman Melville", "person"), ("Edinburgh", "place"), ("1867", "date"),
@@ -151,8 +153,25 @@ def test_sft_lowers_the_demonstration_loss(setup):
   # every demonstration is in the packed rows once, whole: loss tokens are preserved
   # (each segment's first token is a prompt token, never a loss token)
   assert rows[1].sum() == sum(sum(t.loss_mask) for t in trajs)
-  loss_fn = jax.jit(lambda p: nll_loss(p, *rows, cfg=cfg, sc=sc))
+  n = num_scored(rows[1], rows[1].shape[0])
+  loss_fn = jax.jit(lambda p: nll_loss(p, *rows, cfg=cfg, sc=sc, num_scored=n))
   before = float(loss_fn(params))
+  # scoring only the gathered loss positions is the masked NLL over every position: same value
+  # and gradient
+  def full(p):
+    logp_BT, _ = sequence_logprobs(cfg, p, jnp.asarray(rows[0]), sc,
+                                   segment_ids_BT=jnp.asarray(rows[2]),
+                                   positions_BT=jnp.asarray(rows[3]))
+    return -jnp.sum(logp_BT * rows[1]) / max(rows[1].sum(), 1.0)
+  lv, g = jax.jit(jax.value_and_grad(lambda p: nll_loss(p, *rows, cfg=cfg, sc=sc,
+                                                         num_scored=n)))(params)
+  fv, fg = jax.jit(jax.value_and_grad(full))(params)
+  assert float(lv) == pytest.approx(float(fv), rel=1e-5)
+  for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(fg)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-3, atol=1e-6)
+  # a count below the batch's loss tokens drops some of them: the guard of `num_scored` matters
+  assert float(jax.jit(lambda p: nll_loss(p, *rows, cfg=cfg, sc=sc, num_scored=8))(params)) \
+      != pytest.approx(before, rel=1e-3)
   warm, epoch_loss = sft(cfg, params, trajs, epochs=4, lr=3e-3, batch_size=2, max_len=2048,
                          progress=False)
   assert len(epoch_loss) == 4
@@ -183,3 +202,34 @@ def test_shipped_data_files_the_code_names_exist():
   assert os.path.isfile(EVAL_SUPPORT), EVAL_SUPPORT
   assert D.eval_support_ids([EVAL_SUPPORT])        # the passages demonstrations must avoid
   assert os.path.isfile(arith.DEFAULT_PATH) and os.path.isdir(gsm.DATA_DIR)
+
+
+def test_train_layers_freezes_the_layers_below(setup):
+  """warmstart.train_layers: the bottom layers get no update, the top ones move, and the loss
+  value is the full model's (the forward is unchanged)."""
+  ckpt, _, _, _, demos, _, _ = setup
+  cfg, params = models.hf_io.load_hf_checkpoint(ckpt)
+  trajs = [d.traj for d in demos][:4]
+  from ssp_jax.rl.config import get_rl_config
+  from ssp_jax.rl.learner import StepConfig
+  from ssp_jax.ssp.warmstart.sft import packed_rows
+  rl = get_rl_config()
+  rl.remat, rl.compute_dtype = "none", "float32"
+  sc = StepConfig.from_config(rl)
+  rows, _ = packed_rows(trajs, 2048)
+  n = num_scored(rows[1], rows[1].shape[0])
+  top = cfg.num_layers - 1
+  loss = lambda p, f: nll_loss(p, *rows, cfg=cfg, sc=sc, num_scored=n, frozen_layers=f)
+  assert float(loss(params, top)) == pytest.approx(float(loss(params, 0)), rel=1e-6)
+  g = jax.grad(loss)(params, top)
+  g_all = jax.grad(loss)(params, 0)
+  for name, w in g["layers"].items():
+    assert not np.any(np.asarray(w[:top])), name          # frozen: no gradient at all
+    np.testing.assert_allclose(np.asarray(w[top:]), np.asarray(g_all["layers"][name][top:]),
+                               rtol=1e-4, atol=1e-7)
+  warm, _ = sft(cfg, params, trajs, epochs=1, lr=3e-3, batch_size=2, max_len=2048,
+                train_layers=1, progress=False)
+  for name, w in warm["layers"].items():
+    np.testing.assert_array_equal(np.asarray(w[:top]), np.asarray(params["layers"][name][:top]))
+  assert any(not np.array_equal(np.asarray(w[top:]), np.asarray(params["layers"][k][top:]))
+             for k, w in warm["layers"].items())

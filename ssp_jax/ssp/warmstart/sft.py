@@ -2,6 +2,11 @@
 policy tokens (observation tokens are context only), AdamW, demonstrations packed into rows of one
 length (one compiled step; attention stays inside each demonstration).
 
+The output projection (a [D, V] GEMM, about a sixth of the 135M default's forward FLOPs) runs only
+on the scored positions: the loss tokens' hidden states are gathered first (a fixed count per
+batch, `num_scored`, so one compiled step), the rest of the row being context. Same loss and
+gradient as scoring every position and masking.
+
   params, log = sft(model_cfg, params, trajectories, epochs=2, lr=5e-5, batch_size=4)
 """
 from __future__ import annotations
@@ -19,24 +24,49 @@ import models
 from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl import pack as pack_lib
 from ssp_jax.rl.config import get_rl_config
-from ssp_jax.rl.learner import StepConfig, sequence_logprobs
+from ssp_jax.rl import train_state as ts
+from ssp_jax.rl.learner import StepConfig, chunked_logprobs, lm_head_weight
 from ssp_jax.types import Trajectory
 
 log = logging.getLogger(__name__)
 
 
 def nll_loss(params, tokens_BT, mask_BT, segment_ids_BT, positions_BT, *,
-             cfg: models.ModelConfig, sc: StepConfig):
-  """Mean NLL over the tokens where mask_BT is 1 (the aligned log-prob of token t at t), on
-  packed rows (attention inside each segment)."""
-  logp_BT, _ = sequence_logprobs(cfg, params, tokens_BT, sc, segment_ids_BT=segment_ids_BT,
-                                 positions_BT=positions_BT)
-  return -jnp.sum(logp_BT * mask_BT) / jnp.maximum(jnp.sum(mask_BT), 1.0)
+             cfg: models.ModelConfig, sc: StepConfig, num_scored: int,
+             frozen_layers: int = 0):
+  """Mean NLL over the tokens where mask_BT is 1 (token t scored from the hidden state at t - 1),
+  on packed rows (attention inside each segment). Only the first `num_scored` such tokens of the
+  batch go through the output projection: the caller makes it at least their count."""
+  h_BTD = models.hidden_states(cfg, params, tokens_BT, dtype=ts.dtype_of(sc.compute_dtype),
+                               remat=sc.remat, attn_impl=sc.attn_impl,
+                               segment_ids_BT=segment_ids_BT, positions_BT=positions_BT,
+                               max_segments=sc.max_segments, attn_chunk=sc.attn_chunk,
+                               frozen_layers=frozen_layers)
+  D = h_BTD.shape[-1]
+  h_MD = h_BTD[:, :-1].reshape(-1, D)               # M = B * (T - 1) predicting positions
+  target_M = jnp.asarray(tokens_BT)[:, 1:].reshape(-1)
+  weight_M = jnp.asarray(mask_BT)[:, 1:].reshape(-1)
+  idx_N = jnp.nonzero(weight_M > 0, size=num_scored, fill_value=0)[0]
+  weight_N = jnp.where(jnp.arange(num_scored) < jnp.sum(weight_M > 0), weight_M[idx_N], 0.0)
+  logp_1N, _ = chunked_logprobs(lm_head_weight(cfg, params), h_MD[idx_N][None],
+                                target_M[idx_N][None], temperature=sc.temperature,
+                                chunk=sc.logprob_chunk)
+  return -jnp.sum(logp_1N[0] * weight_N) / jnp.maximum(jnp.sum(mask_BT), 1.0)
+
+
+def num_scored(mask_RT: np.ndarray, batch_size: int, multiple: int = 128) -> int:
+  """Scored positions a batch of `batch_size` rows can hold at most (the largest rows' loss
+  tokens), rounded up to `multiple`: the static size of `nll_loss`'s gather."""
+  per_row = np.sort((mask_RT[:, 1:] > 0).sum(axis=1))[::-1]
+  n = int(per_row[:batch_size].sum())
+  return max(multiple, -(-n // multiple) * multiple)
 
 
 @functools.lru_cache(maxsize=8)
-def _step_fn(cfg: models.ModelConfig, sc: StepConfig, tx: optax.GradientTransformation):
-  grad = jax.value_and_grad(functools.partial(nll_loss, cfg=cfg, sc=sc))
+def _step_fn(cfg: models.ModelConfig, sc: StepConfig, tx: optax.GradientTransformation,
+             scored: int, frozen_layers: int = 0):
+  grad = jax.value_and_grad(functools.partial(nll_loss, cfg=cfg, sc=sc, num_scored=scored,
+                                              frozen_layers=frozen_layers))
 
   def step(params, opt_state, rows):
     loss, g = grad(params, *rows)
@@ -72,19 +102,22 @@ def batches(rows: tuple[np.ndarray, ...], batch_size: int,
 
 def sft(cfg: models.ModelConfig, params: Any, trajs: Sequence[Trajectory], *, epochs: int,
         lr: float, batch_size: int, max_len: int = 2048, seed: int = 0,
-        compute_dtype: str = "float32", remat: str = "full",
+        compute_dtype: str = "float32", remat: str = "full", train_layers: int = 0,
         progress: bool = True) -> tuple[Any, list[float]]:
   """Trains `params` on `trajs` for `epochs`; returns (params, mean loss per epoch). `remat`
-  (models.decoder.REMAT_POLICIES) trades compute for activation memory."""
+  (models.decoder.REMAT_POLICIES) trades compute for activation memory. `train_layers` > 0
+  trains only the top this many layers, the final norm and the output projection (the layers
+  below and the embedding lookup are frozen, so the backward pass stops at them)."""
   rl = get_rl_config()
   rl.remat, rl.compute_dtype, rl.logprob_chunk = remat, compute_dtype, 256
   sc = StepConfig.from_config(rl)
   tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(lr, weight_decay=0.0))
-  step = _step_fn(cfg, sc, tx)
+  rows, stats = packed_rows(trajs, max_len, sc.max_segments)
+  frozen = cfg.num_layers - train_layers if 0 < train_layers < cfg.num_layers else 0
+  step = _step_fn(cfg, sc, tx, num_scored(rows[1], batch_size), frozen)
   params = jax.tree.map(jnp.array, params)   # a private copy: the step donates it
   opt_state = tx.init(params)
   rng = np.random.default_rng(seed)
-  rows, stats = packed_rows(trajs, max_len, sc.max_segments)
   log.info("warm start: %d rows of %d tokens, fill %.2f", rows[0].shape[0], max_len,
            stats["fill_rate"])
   epoch_losses = []
