@@ -159,7 +159,7 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
                   segment_ids_BT: Optional[jax.Array] = None,
                   dtype=jnp.float32, remat: str = "none", attn_impl: str = "xla",
                   sharder: Optional[Sharder] = None, max_segments: int = 0,
-                  attn_chunk: int = 0) -> jax.Array:
+                  attn_chunk: int = 0, frozen_layers: int = 0) -> jax.Array:
   """Final-norm hidden states [B, T, D] of a full (no cache) forward.
 
   positions_BT: rope positions and causal order (default 0..T-1 per row).
@@ -173,6 +173,8 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
   attn_chunk: on the XLA path, query chunks of this many tokens that skip the keys after the
     chunk (`layers.causal_chunked_attention`; 0: one block). Same outputs, less work on long
     rows (the CPU path).
+  frozen_layers: the first this many layers (and the embedding lookup) get no gradient: their
+    output is under stop_gradient, so a backward pass stops there (same forward values).
   """
   B, T = tokens_BT.shape
   if positions_BT is None:
@@ -197,7 +199,16 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
     return _attn_out_and_mlp(cfg, lp, x_BTD, attn, sharder), None
 
   x_BTD = _embed(cfg, params, tokens_BT, dtype, sharder)
-  x_BTD, _ = _scan_layers(body, x_BTD, params["layers"], remat)
+  layers = params["layers"]
+  if frozen_layers > 0:
+    if frozen_layers >= cfg.num_layers:
+      raise ValueError(f"frozen_layers={frozen_layers} must be below the model's "
+                       f"{cfg.num_layers} layers")
+    bottom = jax.tree.map(lambda w: w[:frozen_layers], layers)
+    layers = jax.tree.map(lambda w: w[frozen_layers:], layers)
+    x_BTD, _ = _scan_layers(body, x_BTD, bottom, "none")
+    x_BTD = jax.lax.stop_gradient(x_BTD)
+  x_BTD, _ = _scan_layers(body, x_BTD, layers, remat)
   return L_.rms_norm(x_BTD, params["final_norm"], cfg.rms_norm_eps)
 
 

@@ -73,6 +73,8 @@ def check_sections(config, roles) -> None:
       for name, low in (("lr", 0), ("epochs", 1), ("batch_size", 1), ("max_len", 1),
                         ("sources", 1)):
         check_range("warmstart", w, name, low)
+      if "train_layers" in w:
+        check_range("warmstart", w, "train_layers", 0, note="0 = every layer")
   except (RangeError, RLConfigError) as e:
     raise ConfigError(str(e)) from None
 

@@ -17,6 +17,9 @@ def get_warmstart_config() -> ml_collections.ConfigDict:
   c.max_len = 1536       # tokens per packed row (one compiled shape); longer demonstrations
                          # are dropped
   c.remat = "full"       # activation recompute in the SFT step (none | full | dots ...)
+  c.train_layers = 0     # > 0: train only the top this many layers (+ final norm and output
+                         # projection); the backward pass stops below them (faster on a CPU);
+                         # 0, or at least the model's layers: all of them
   c.seed = 0             # which answers are used, and the batch order
   c.demos = "blank"      # "blank": fill-in-the-blank questions from the answer set's passages
                          # (one question form); "world": the train questions of the run's world

@@ -53,8 +53,8 @@ def cache_key(config) -> str:
   from retrieval.corpus import default_corpus_path
   from retrieval.search import _file_digest as _digest
   model = config.model.path or models.checkpoint.default_model_path()
-  w = {k: v for k, v in config.warmstart.to_dict().items()   # the default demos keep old keys
-       if not (k == "demos" and v == "blank")}
+  w = {k: v for k, v in config.warmstart.to_dict().items()   # defaults added later keep old keys
+       if (k, v) not in (("demos", "blank"), ("train_layers", 0))}
   parts = (VERSION, _file_id(model), config.model.chat_format, w,
            _digest(_answers_path(config)), _digest(default_corpus_path()),
            config.retrieval.url or config.retrieval.index_dir or "default-index",
@@ -205,6 +205,7 @@ def _train_and_save(config, model_cfg, params, tokenizer, retriever, out: str) -
   warm, epoch_loss = sft(model_cfg, params, [d.traj for d in demos], epochs=w.epochs, lr=w.lr,
                          batch_size=w.batch_size, max_len=w.max_len,
                          seed=w.seed, compute_dtype=config.rl.compute_dtype, remat=w.remat,
+                         train_layers=int(w.get("train_layers", 0)),
                          progress=bool(config.progress))
   meta = {"demos": counts, "tokens": tokens, "epoch_loss": [round(x, 4) for x in epoch_loss],
           "build_s": round(t1 - t0, 1), "sft_s": round(time.perf_counter() - t1, 1),
