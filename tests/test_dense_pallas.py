@@ -1,9 +1,12 @@
-"""The dense-cache Pallas decode attention (interpret mode on a CPU) against the einsum path."""
+"""The dense-cache Pallas decode attention (interpret mode on a CPU) against the einsum path, and
+a greedy decode with attn_impl="pallas" against "einsum" token for token."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import models
+from ssp_jax import sampling as S
 from ssp_jax.sampling import dense_pallas as DP
 from ssp_jax.sampling.decode_step import _cached_attention
 
@@ -78,3 +81,31 @@ def test_lowers_to_triton_for_gpus():
     f = lambda *a: DP.dense_attention(*a, splits=splits)
     text = jax.jit(f).trace(q, kv, kv, pos).lower(lowering_platforms=("cuda",)).as_text()
     assert "dense_decode_attention" in text
+
+
+def test_greedy_decode_pallas_equals_einsum():
+  """The sampler's while_loop, greedy, attn_impl="pallas" == "einsum" token for token."""
+  cfg = models.ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
+                           num_heads=4, num_kv_heads=2, head_dim=16)
+  p = models.init_params(cfg, jax.random.key(0), std=0.2)
+  B, P, N = 3, 6, 10
+  tables = S.build_stop_tables([b"x"] * cfg.vocab_size, []).to_device()
+  dparams = S.make_decode_params(cfg, p, jnp.float32, False)
+  prompt = jax.random.randint(jax.random.key(1), (B, P), 0, cfg.vocab_size)
+  out = {}
+  for impl in ("einsum", "pallas"):
+    st = S.init_state(cfg, B, P + N + 4, tables.prefix_VM.shape[1], jnp.float32)
+    rows = jnp.arange(B, dtype=jnp.int32)
+    st = S.prefill_rows(cfg, st, p, rows, prompt[:, :-1], jnp.zeros((B,), jnp.int32),
+                        dtype=jnp.float32)
+    st = S.set_rows(st, rows, prompt[:, -1], jnp.full((B,), P - 1, jnp.int32),
+                    jnp.ones((B,), bool))
+    _, o = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
+                    jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(2),
+                    num_steps=N, sampling=S.SamplingParams(0.0), dtype=jnp.float32,
+                    attn_impl=impl)
+    out[impl] = o
+  np.testing.assert_array_equal(np.asarray(out["pallas"].tokens_BN),
+                                np.asarray(out["einsum"].tokens_BN))
+  np.testing.assert_allclose(np.asarray(out["pallas"].logprobs_BN),
+                             np.asarray(out["einsum"].logprobs_BN), atol=1e-5)
