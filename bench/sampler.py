@@ -401,7 +401,8 @@ def main(argv=None) -> int:
   p.add_argument("--mt-prompts-per-slot", type=int, default=2)
   p.add_argument("--mt-max-obs", type=int, default=512)
   p.add_argument("--decode-attention", default="einsum",
-                 help="dense layout: reduce | einsum | cudnn | xla; a comma list compares them")
+                 help="dense layout: reduce | einsum | cudnn | xla | pallas; a comma list "
+                 "compares them")
   p.add_argument("--kv-layout", default="dense", help="dense | paged; a comma list compares them")
   p.add_argument("--paged-attention", default=None,
                  help="paged layout: gather | pallas (default: pallas on GPU, else gather)")

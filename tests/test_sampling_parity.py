@@ -142,7 +142,7 @@ def test_top_k_one_is_greedy(setup):
     assert a.response_ids == b.response_ids == c.response_ids
 
 
-@pytest.mark.parametrize("impl", ["reduce", "einsum", "einsum_readonly", "xla"])
+@pytest.mark.parametrize("impl", ["reduce", "einsum", "einsum_readonly", "xla", "pallas"])
 def test_decode_step_equals_chunk_forward(impl):
   """The while_loop's decode step == models.forward_with_cache at T = 1 (logits and cache)."""
   from ssp_jax.sampling import decode_forward, decode_params

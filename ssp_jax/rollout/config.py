@@ -20,7 +20,8 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.dtype = "bfloat16"          # compute dtype of the forward pass
   c.cache_dtype = "bfloat16"    # KV cache dtype
   c.decode_attention = "einsum" # dense: einsum (batched GEMMs; fastest on H200) | reduce | cudnn |
-                                # xla; paged: gather (pure JAX, any backend) | pallas (GPU kernel)
+                                # xla | pallas (fused kernel, sampling/dense_pallas.py); paged:
+                                # gather (pure JAX, any backend) | pallas (GPU kernel)
   # --- KV layout (docs/rollout.md, "Paged KV cache") ---
   c.kv_layout = "dense"         # dense: [L, B, K, S, H] rows | paged: a shared pool of pages
   c.page_size = 64              # paged: token slots per page

@@ -31,19 +31,20 @@ def _count_kv_reads(stats, cfg, st, pos0_B, ran_B, res) -> None:
   the rows that made a token needed (`kv_used_slot_steps`: pos + 1 at each of their steps).
   Dense attention reads B x S slots a step (counted so for "cudnn" too, whose kernel may skip
   blocks past a row's length); paged "gather" B x (its table columns x
-  page_size); paged "pallas" each row's own pos + 1 (a row that is done stays at its last
-  position; an empty slot is counted as one slot). A count, not a timing: the same on every
+  page_size); "pallas" (paged, or the dense kernel of sampling/dense_pallas.py) each row's own
+  pos + 1 (a row that is done stays at its last position; an empty slot is counted as one slot;
+  the kernels' last partly used block is not counted). A count, not a timing: the same on every
   backend."""
   n, steps = res.count_B.astype(np.int64), int(res.steps)
   n = n * ran_B
   stats["kv_used_slot_steps"] += int((n * (pos0_B + 1) + n * (n - 1) // 2).sum())
   B = len(pos0_B)
-  if cfg.kv_layout != "paged":
-    stats["kv_read_slot_steps"] += steps * B * int(st.cache["k"][0].shape[2])
-  elif str(cfg.decode_attention) == "pallas":
+  if str(cfg.decode_attention) == "pallas":
     # a row's length grows while it runs, then stays: sum over steps of pos0 + min(i, n) + 1
     grown = n * (n - 1) // 2 + (steps - n) * n
     stats["kv_read_slot_steps"] += int((steps * (pos0_B + 1) + grown).sum())
+  elif cfg.kv_layout != "paged":
+    stats["kv_read_slot_steps"] += steps * B * int(st.cache["k"][0].shape[2])
   else:
     stats["kv_read_slot_steps"] += steps * B * int(st.cache["table"].shape[1]) * int(
         cfg.page_size)

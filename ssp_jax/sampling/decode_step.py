@@ -27,6 +27,7 @@ from models.config import ModelConfig
 from models.decoder import CACHE_LOGICAL
 from models import layers as L_
 from models.sharding import Sharder, constrain
+from ssp_jax.sampling import dense_pallas as DP
 from ssp_jax.sampling import paged as PG
 
 
@@ -141,7 +142,7 @@ def _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder):
   return x_B1D + jnp.einsum("BTF,FD->BTD", act_B1F, lp["w_down"].astype(act_B1F.dtype))
 
 
-ATTN_IMPLS = ("reduce", "einsum", "einsum_readonly", "cudnn", "xla")
+ATTN_IMPLS = ("reduce", "einsum", "einsum_readonly", "cudnn", "xla", "pallas")
 
 
 def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax.Array,
@@ -160,7 +161,9 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     bench/decode_memory.py). Kept to compare on GPUs. "cudnn" / "xla" write each layer's K/V
     first and call `jax.nn.dot_product_attention` with `key_value_seq_lengths = pos + 1`
     ("cudnn": the cuDNN flash kernel on NVIDIA GPUs), on a transposed copy of the layer's
-    buffer (it takes [B, S, K, H])."""
+    buffer (it takes [B, S, K, H]). "pallas": one fused kernel per layer (sampling/dense_pallas.py:
+    online softmax, reads each row's K/V once up to its position; Pallas interpret mode on a
+    CPU, slow)."""
   if "table" in cache:
     return _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, dtype=dtype, sharder=sharder,
                                  attn_impl=attn_impl)
@@ -195,6 +198,9 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     if attn_impl in ("reduce", "einsum"):
       attn_B1NH = _cached_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], upto_BS,
                                     attn_impl == "einsum").reshape(B, 1, N, H)
+    elif attn_impl == "pallas":
+      attn_B1NH = DP.dense_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], pos_B,
+                                     interpret=jax.default_backend() == "cpu").reshape(B, 1, N, H)
     else:
       attn_B1NH = jax.nn.dot_product_attention(   # takes [B, S, K, H]: a transposed copy
           q, jnp.swapaxes(k_all[l], 1, 2).astype(q.dtype),

@@ -1,0 +1,143 @@
+"""Fused single-query decode attention over the dense KV cache (Pallas; Triton on GPUs).
+
+`decode_forward(attn_impl="pallas")` on the dense layout (per-layer buffers [B, K, S, H], the
+current token's K/V already written at slot pos_B). The "einsum" path is a pad of q, a batched
+GEMM for the scores, a softmax reduction, exp/divide fusions and a second batched GEMM: each
+reads or writes [B, K, G, S] fp32 through HBM and every one reads all S slots of every row.
+This kernel reads each row's K/V once, up to its own position, and keeps the scores on chip:
+
+  * grid (B, K, splits): one program per (row, KV head, share of the slots). The G query heads
+    of a KV head are one [Gp, H] tile, Gp = G padded to a power of two >= 16 (Triton dots need
+    M >= 16; the padded rows are zero queries, sliced off). q is scaled by 1/sqrt(H) and cast to
+    the cache dtype outside, as `_cached_attention(einsum=True)` does.
+  * each program loops over its share in blocks of `block` slots (gcd(share, 128): 16..128, a
+    power of two dividing the share, so no load runs past it), with a dynamic trip count that
+    stops at the block holding pos_B[b]: a short row in a long cache reads only its own blocks.
+    Slots past pos_B in that last block get score -inf and V zero (stale slots may hold
+    anything, NaN included, and never reach the output).
+  * online softmax (running max m, sum l) in fp32; bf16 loads, fp32 dot accumulation; P is cast
+    to the cache dtype for the P.V dot (as the einsum path casts it).
+  * splits: with few (row, head) programs (small batches, long caches) the slots are split into
+    `splits` shares so there are >= MIN_PROGRAMS programs; each writes its unnormalised o, m, l
+    and a small JAX combine rescales them. With one share the kernel normalises and writes the
+    output itself (Qwen2.5-0.5B at 256 rows: 512 programs, one share).
+An S that is not a multiple of 16 is zero-padded (a copy of the cache; the engine's cache
+lengths are multiples of 16, so it does not happen there). On a CPU it runs in Pallas's interpret
+mode (`interpret=True`; slow, for tests). The grid is not partitioned: unsharded decoding only.
+Tested against `_cached_attention` (tests/test_dense_pallas.py).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+MIN_PROGRAMS = 512   # split the slots until B * K * splits reaches this (H200: 132 SMs)
+MAX_BLOCK = 128      # slots per loop iteration (at most)
+
+
+def _dot(a, b, contract_b: int, exact: bool):
+  """[M, X] x b -> [M, N] fp32, contracting a's dim 1 with b's dim `contract_b`."""
+  return lax.dot_general(a, b, (((1,), (contract_b,)), ((), ())),
+                         precision=lax.Precision.HIGHEST if exact else None,
+                         preferred_element_type=jnp.float32)
+
+
+def _kernel(pos_ref, q_ref, k_ref, v_ref, *out_refs, block: int, share: int, exact: bool):
+  """pos_ref [1]; q_ref [Gp, H]; k_ref, v_ref [share, H]: this program's slots
+  j*share .. (j+1)*share - 1 of one (row, KV head). Writes out [Gp, H] (normalised) when
+  out_refs is one ref, else unnormalised o [Gp, H], m [Gp], l [Gp]."""
+  Gp, H = q_ref.shape
+  start = pl.program_id(2) * share
+  pos = pos_ref[0]
+  n_valid = jnp.minimum(pos + 1 - start, share)         # slots of this share <= pos (may be <= 0)
+  trips = jnp.maximum((n_valid + block - 1) // block, 0)
+  q_GH = q_ref[...]
+
+  def body(i, carry):
+    o_GH, m_G, l_G = carry
+    sl = pl.ds(pl.multiple_of(i * block, block), block)
+    s_GT = _dot(q_GH, k_ref[sl, :], 1, exact)               # [Gp, block] fp32
+    slot_T = start + i * block + lax.broadcasted_iota(jnp.int32, (block,), 0)
+    ok_T = slot_T <= pos
+    s_GT = jnp.where(ok_T[None, :], s_GT, -jnp.inf)
+    m_new = jnp.maximum(m_G, jnp.max(s_GT, axis=1))         # finite: slot i*block <= pos
+    alpha_G = jnp.exp(m_G - m_new)
+    p_GT = jnp.exp(s_GT - m_new[:, None])
+    v_TH = jnp.where(ok_T[:, None], v_ref[sl, :], jnp.zeros((), v_ref.dtype))   # stale: 0 * NaN
+    o_GH = alpha_G[:, None] * o_GH + _dot(p_GT.astype(v_TH.dtype), v_TH, 0, exact)
+    return o_GH, m_new, alpha_G * l_G + jnp.sum(p_GT, axis=1)
+
+  init = (jnp.zeros((Gp, H), jnp.float32), jnp.full((Gp,), -jnp.inf, jnp.float32),
+          jnp.zeros((Gp,), jnp.float32))
+  o_GH, m_G, l_G = lax.fori_loop(0, trips, body, init)
+  if len(out_refs) == 1:
+    out_refs[0][...] = (o_GH / l_G[:, None]).astype(out_refs[0].dtype)
+  else:
+    o_ref, m_ref, l_ref = out_refs
+    o_ref[...], m_ref[...], l_ref[...] = o_GH, m_G, l_G
+
+
+def choose_splits(B: int, K: int, S: int) -> int:
+  """Powers of two, while B * K * splits < MIN_PROGRAMS and a share keeps whole blocks of
+  gcd(S, MAX_BLOCK) slots."""
+  block, splits = math.gcd(S, MAX_BLOCK), 1
+  while B * K * splits < MIN_PROGRAMS and (S // (2 * splits)) % block == 0 and S % 2 == 0:
+    splits *= 2
+  return splits
+
+
+@functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages"))
+def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array,
+                    *, interpret: bool = False, splits: int | None = None, num_warps: int = 4,
+                    num_stages: int = 2) -> jax.Array:
+  """Softmax over slots s <= pos_B[b] of q.k / sqrt(H), times V, in fp32; returns [B, K, G, H]
+  in q's dtype. splits: None = `choose_splits`; else shares of S // splits slots, a multiple of
+  16 (the loop's block is gcd(share, MAX_BLOCK))."""
+  B, K, G, H = q_BKGH.shape
+  S = k_BKSH.shape[2]
+  if S % 16:   # masked slots; only odd cache lengths pay this copy
+    pad = ((0, 0), (0, 0), (0, -S % 16), (0, 0))
+    k_BKSH, v_BKSH = jnp.pad(k_BKSH, pad), jnp.pad(v_BKSH, pad)
+    S = k_BKSH.shape[2]
+  splits = choose_splits(B, K, S) if splits is None else splits
+  if S % splits or (S // splits) % 16:
+    raise ValueError(f"splits={splits}: must split the {S} slots into multiples of 16")
+  share = S // splits
+  block = math.gcd(share, MAX_BLOCK)
+  Gp = max(16, pl.next_power_of_2(G))
+  q_BKGH_ = (q_BKGH / math.sqrt(H)).astype(k_BKSH.dtype)
+  q_BKGH_ = jnp.pad(q_BKGH_, ((0, 0), (0, 0), (0, Gp - G), (0, 0)))
+  pos_B1 = pos_B.astype(jnp.int32).reshape(B, 1)
+  in_specs = [pl.BlockSpec((None, 1), lambda b, h, j: (b, 0)),
+              pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0)),
+              pl.BlockSpec((None, None, share, H), lambda b, h, j: (b, h, j, 0)),
+              pl.BlockSpec((None, None, share, H), lambda b, h, j: (b, h, j, 0))]
+  if splits == 1:
+    out_shape = jax.ShapeDtypeStruct((B, K, Gp, H), q_BKGH.dtype)
+    out_specs = pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0))
+  else:
+    out_shape = [jax.ShapeDtypeStruct((B, K, splits, Gp, H), jnp.float32),
+                 jax.ShapeDtypeStruct((B, K, splits, Gp), jnp.float32),
+                 jax.ShapeDtypeStruct((B, K, splits, Gp), jnp.float32)]
+    out_specs = [pl.BlockSpec((None, None, None, Gp, H), lambda b, h, j: (b, h, j, 0, 0)),
+                 pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0)),
+                 pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0))]
+  kernel = functools.partial(_kernel, block=block, share=share,
+                             exact=k_BKSH.dtype == jnp.float32)
+  out = pl.pallas_call(
+      kernel, grid=(B, K, splits), in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
+      compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+      interpret=interpret, name="dense_decode_attention")(pos_B1, q_BKGH_, k_BKSH, v_BKSH)
+  if splits == 1:
+    return out[:, :, :G]
+  o_BKJGH, m_BKJG, l_BKJG = out   # share 0 always holds slot 0 <= pos, so the max is finite
+  w_BKJG = jnp.exp(m_BKJG - jnp.max(m_BKJG, axis=2, keepdims=True))
+  l_BKG = jnp.sum(w_BKJG * l_BKJG, axis=2)
+  o_BKGH = jnp.sum(w_BKJG[..., None] * o_BKJGH, axis=2) / l_BKG[..., None]
+  return o_BKGH[:, :, :G].astype(q_BKGH.dtype)

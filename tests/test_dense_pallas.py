@@ -1,0 +1,111 @@
+"""The dense-cache Pallas decode attention (interpret mode on a CPU) against the einsum path, and
+a greedy decode with attn_impl="pallas" against "einsum" token for token."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+from ssp_jax import sampling as S
+from ssp_jax.sampling import dense_pallas as DP
+from ssp_jax.sampling.decode_step import _cached_attention
+
+
+def _inputs(B, K, G, H, S_, dtype, seed=0):
+  r = np.random.default_rng(seed)
+  q, k, v = (jnp.asarray(r.normal(size=s), dtype)
+             for s in ((B, K, G, H), (B, K, S_, H), (B, K, S_, H)))
+  return q, k, v
+
+
+def _check(q, k, v, pos, splits=None, atol=2e-5):
+  S_ = k.shape[2]
+  upto_BS = jnp.arange(S_)[None, :] <= pos[:, None]
+  want = _cached_attention(q, k, v, upto_BS, einsum=True)
+  got = DP.dense_attention(q, k, v, pos, interpret=True, splits=splits)
+  assert got.shape == want.shape and got.dtype == want.dtype
+  np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                             atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("dtype,atol", [(jnp.float32, 2e-5), (jnp.bfloat16, 3e-2)])
+@pytest.mark.parametrize("G,H,S_", [(7, 64, 48), (4, 128, 128), (7, 64, 384), (4, 64, 384)])
+def test_kernel_equals_einsum(G, H, S_, dtype, atol):
+  """Rows at slot 0, mid-cache, the last slot and a block edge; one share of the slots."""
+  q, k, v = _inputs(4, 2, G, H, S_, dtype)
+  pos = jnp.asarray([0, S_ // 2 + 3, S_ - 1, min(127, S_ - 1)], jnp.int32)
+  _check(q, k, v, pos, splits=1, atol=atol)
+
+
+@pytest.mark.parametrize("S_,splits", [(384, 2), (384, 3), (512, None)])
+def test_split_slots_equal_einsum(S_, splits):
+  """Slots split across programs (a share past a row's position has nothing to attend), and the
+  automatic choice at a small batch (4 programs: 4 shares of 128 slots)."""
+  if splits is None:
+    assert DP.choose_splits(2, 2, S_) == 4 and DP.choose_splits(256, 2, S_) == 1
+  q, k, v = _inputs(2, 2, 7, 64, S_, jnp.float32, seed=1)
+  pos = jnp.asarray([5, 300], jnp.int32)
+  _check(q, k, v, pos, splits=splits)
+
+
+def test_odd_cache_length_and_padding_ignored():
+  """S not a multiple of 16 is padded; slots past pos (here NaN) never reach the output."""
+  q, k, v = _inputs(3, 2, 4, 64, 40, jnp.float32, seed=2)
+  pos = jnp.asarray([0, 17, 39], jnp.int32)
+  past_BS = jnp.arange(40)[None, :] > pos[:, None]
+  k_nan = jnp.where(past_BS[:, None, :, None], jnp.nan, k)
+  v_nan = jnp.where(past_BS[:, None, :, None], jnp.nan, v)
+  got = DP.dense_attention(q, k_nan, v_nan, pos, interpret=True)
+  upto_BS = ~past_BS
+  want = _cached_attention(q, k, v, upto_BS, einsum=True)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("dtype,atol", [(jnp.float32, 2e-5), (jnp.bfloat16, 3e-2)])
+def test_tolerance_catches_one_slot_too_many(dtype, atol):
+  """The tolerances are sharp: a kernel attending one slot past pos would fail the tests above."""
+  q, k, v = _inputs(2, 2, 7, 64, 48, dtype)
+  pos = jnp.asarray([3, 20], jnp.int32)
+  got = DP.dense_attention(q, k, v, pos + 1, interpret=True)
+  want = _cached_attention(q, k, v, jnp.arange(48)[None, :] <= pos[:, None], einsum=True)
+  assert np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32)).max() > 3 * atol
+
+
+def test_lowers_to_triton_for_gpus():
+  """The kernel lowers for CUDA (Pallas's Triton lowering runs here without a GPU: its
+  power-of-two and block checks), at the 0.5B bench shape and a split small-batch long cache."""
+  for B, K, G, H, S_, splits in ((256, 2, 7, 64, 384, None), (4, 4, 7, 128, 2048, None)):
+    q = jax.ShapeDtypeStruct((B, K, G, H), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((B, K, S_, H), jnp.bfloat16)
+    pos = jax.ShapeDtypeStruct((B,), jnp.int32)
+    f = lambda *a: DP.dense_attention(*a, splits=splits)
+    text = jax.jit(f).trace(q, kv, kv, pos).lower(lowering_platforms=("cuda",)).as_text()
+    assert "dense_decode_attention" in text
+
+
+def test_greedy_decode_pallas_equals_einsum():
+  """The sampler's while_loop, greedy, attn_impl="pallas" == "einsum" token for token."""
+  cfg = models.ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
+                           num_heads=4, num_kv_heads=2, head_dim=16)
+  p = models.init_params(cfg, jax.random.key(0), std=0.2)
+  B, P, N = 3, 6, 10
+  tables = S.build_stop_tables([b"x"] * cfg.vocab_size, []).to_device()
+  dparams = S.make_decode_params(cfg, p, jnp.float32, False)
+  prompt = jax.random.randint(jax.random.key(1), (B, P), 0, cfg.vocab_size)
+  out = {}
+  for impl in ("einsum", "pallas"):
+    st = S.init_state(cfg, B, P + N + 4, tables.prefix_VM.shape[1], jnp.float32)
+    rows = jnp.arange(B, dtype=jnp.int32)
+    st = S.prefill_rows(cfg, st, p, rows, prompt[:, :-1], jnp.zeros((B,), jnp.int32),
+                        dtype=jnp.float32)
+    st = S.set_rows(st, rows, prompt[:, -1], jnp.full((B,), P - 1, jnp.int32),
+                    jnp.ones((B,), bool))
+    _, o = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
+                    jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(2),
+                    num_steps=N, sampling=S.SamplingParams(0.0), dtype=jnp.float32,
+                    attn_impl=impl)
+    out[impl] = o
+  np.testing.assert_array_equal(np.asarray(out["pallas"].tokens_BN),
+                                np.asarray(out["einsum"].tokens_BN))
+  np.testing.assert_allclose(np.asarray(out["pallas"].logprobs_BN),
+                             np.asarray(out["einsum"].logprobs_BN), atol=1e-5)
