@@ -121,3 +121,17 @@ def test_prefill_row_groups_are_powers_of_two_with_little_padding():
         assert len(p) <= cap and (len(p) & (len(p) - 1) == 0 or len(p) == cap)
         assert all(b == p[0] for b in p[len(set(p)):])          # padding repeats the first row
   assert [len(p) for p in _row_parts(list(range(37)), 256)] == [32, 4, 1]
+
+
+def test_auto_decode_attention_resolves_per_backend(model, tags, monkeypatch):
+  """rollout.decode_attention="auto": the batched GEMMs on a CPU, the Pallas kernels on a GPU
+  when no mesh axis splits rows or heads; the caller's config is left as it was."""
+  from ssp_jax.rollout.config import get_rollout_config
+  assert get_rollout_config().decode_attention == "auto"
+  eng = _engine(model, SmallBM25Retriever(), decode_attention="auto")
+  assert eng.cfg.decode_attention == "einsum"
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  from ssp_jax.rollout.engine import RolloutEngine
+  rc = get_rollout_config()
+  eng = RolloutEngine(model[0], model[2], rc, SmallBM25Retriever())
+  assert eng.cfg.decode_attention == "pallas" and rc.decode_attention == "auto"

@@ -19,9 +19,10 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # halves (rows move to the first slots) down to this; 0 = never
   c.dtype = "bfloat16"          # compute dtype of the forward pass
   c.cache_dtype = "bfloat16"    # KV cache dtype
-  c.decode_attention = "einsum" # dense: einsum (batched GEMMs; fastest on H200) | reduce | cudnn |
-                                # xla | pallas (fused kernel, sampling/dense_pallas.py); paged:
-                                # gather (pure JAX, any backend) | pallas (GPU kernel)
+  c.decode_attention = "auto"   # auto: pallas on a GPU with an unsplit mesh, else einsum;
+                                # dense: einsum (batched GEMMs) | reduce | cudnn | xla | pallas
+                                # (fused kernel, sampling/dense_pallas.py); paged: gather (pure
+                                # JAX, any backend) | pallas (GPU kernel)
   # --- KV layout (docs/rollout.md, "Paged KV cache") ---
   c.kv_layout = "dense"         # dense: [L, B, K, S, H] rows | paged: a shared pool of pages
   c.page_size = 64              # paged: token slots per page

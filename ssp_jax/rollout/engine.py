@@ -79,6 +79,10 @@ class RolloutEngine:
     # bytes of every id the model can sample (ids past the tokenizer's vocab have none)
     self._token_bytes = list(tokenizer.token_bytes) + [b""] * (
         model_cfg.vocab_size - tokenizer.vocab_size)
+    if str(self.cfg.decode_attention) == "auto":
+      self.cfg = self.cfg.copy_and_resolve_references()
+      with self.cfg.unlocked():
+        self.cfg.decode_attention = self._auto_attention()
     if self.cfg.kv_layout not in ("dense", "paged"):
       raise ValueError(f"rollout.kv_layout={self.cfg.kv_layout!r} unknown; use 'dense' or 'paged'")
     if int(self.cfg.tail_min_batch) < 0:
@@ -89,6 +93,15 @@ class RolloutEngine:
                        f"is {model_cfg.vocab_size}; use the tokenizer of this checkpoint")
 
   # -- public API ----------------------------------------------------------------------------
+  def _auto_attention(self) -> str:
+    """rollout.decode_attention="auto": the Pallas kernels on a GPU when no mesh axis splits the
+    rows or heads (on one H200: dense 1.23x the einsum step at 0.5B and 1.11x at 7B, paged the
+    fastest multi-turn layout; bench/RESULTS.md), else the batched GEMMs ("einsum"; "gather"
+    for the paged layout)."""
+    one = self.sharder is None or all(self.sharder.axis_size(a) == 1 for a in
+                                      ("act_batch", "q_heads", "kv_heads", "mlp"))
+    return "pallas" if one and jax.default_backend() == "gpu" else "einsum"
+
   def _can_fuse(self) -> bool:
     """Fused q/k/v and gate/up decode weights (decode_step.decode_params) unless the heads or
     the MLP are split over a mesh axis (a one-device mesh splits nothing)."""
