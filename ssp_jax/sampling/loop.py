@@ -177,20 +177,31 @@ def _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder):
   return _constrain_state(st._replace(cache=cache), sharder)
 
 
-@functools.partial(jax.jit, donate_argnums=(0,))
 def set_windows(st: DecodeState, rows_R: jax.Array, window_RM: jax.Array) -> DecodeState:
   """Sets rows' stop-string windows (a row resumed after preemption keeps its segment)."""
-  return st._replace(window_BM=st.window_BM.at[rows_R].set(window_RM.astype(jnp.int16)))
+  return st._replace(window_BM=_set_windows(st.window_BM, rows_R, window_RM))
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
+def _set_windows(window_BM, rows_R, window_RM):
+  return window_BM.at[rows_R].set(window_RM.astype(jnp.int16))
+
+
 def set_rows(st: DecodeState, rows_R: jax.Array, tok_R: jax.Array, pos_R: jax.Array,
              reset_R: jax.Array) -> DecodeState:
-  """Sets the next token / position of rows; resets their stop window where reset_R."""
-  window = st.window_BM.at[rows_R].set(
-      jnp.where(reset_R[:, None], PAD, st.window_BM[rows_R]).astype(jnp.int16))
-  return st._replace(tok_B=st.tok_B.at[rows_R].set(tok_R), pos_B=st.pos_B.at[rows_R].set(pos_R),
-                     window_BM=window)
+  """Sets the next token / position of rows; resets their stop window where reset_R. Only the
+  per-row vectors go through the program (not the cache), so it compiles once per batch size
+  whatever the cache's length, pool size or table width."""
+  tok_B, pos_B, window_BM = _set_rows(st.tok_B, st.pos_B, st.window_BM, rows_R, tok_R, pos_R,
+                                      reset_R)
+  return st._replace(tok_B=tok_B, pos_B=pos_B, window_BM=window_BM)
+
+
+@functools.partial(jax.jit, donate_argnums=(0, 1, 2))
+def _set_rows(tok_B, pos_B, window_BM, rows_R, tok_R, pos_R, reset_R):
+  window = window_BM.at[rows_R].set(
+      jnp.where(reset_R[:, None], PAD, window_BM[rows_R]).astype(jnp.int16))
+  return tok_B.at[rows_R].set(tok_R), pos_B.at[rows_R].set(pos_R), window
 
 
 class _Carry(NamedTuple):
