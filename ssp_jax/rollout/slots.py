@@ -10,7 +10,7 @@ recomputed when it is admitted again). docs/rollout.md, "Paged KV cache".
 from __future__ import annotations
 
 import collections
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -42,8 +42,9 @@ class SlotPlanner:
     self.alloc: Optional[PageAllocator] = None
     self.admitted = 0
 
-  def init_state(self, window: int) -> S.DecodeState:
-    """The decode state of B empty slots (stop windows of `window` bytes)."""
+  def init_state(self, window: int, row_tokens: Sequence[int] = ()) -> S.DecodeState:
+    """The decode state of B empty slots (stop windows of `window` bytes). row_tokens: the most
+    tokens each row of the call can hold (prompt + budget), which size a "fixed" paged pool."""
     c = self.cfg
     if not self.paged:
       return S.init_state(self.model_cfg, self.B, self._cache_len(0, 0), window,
@@ -52,8 +53,13 @@ class SlotPlanner:
     cols = pow2(-(-self.cap // ps))   # a power of two: every attended width divides evenly
     max_tokens = int(c.kv_max_tokens) or self.B * self.cap
     max_pages = 1 + -(-max_tokens // ps)
-    first = min(max_pages, 1 + -(-self.B * int(c.cache_min_len) // ps))
+    if c.kv_pool == "grow":
+      first = min(max_pages, 1 + -(-self.B * int(c.cache_min_len) // ps))
+    else:   # "fixed": the B longest rows at their longest at once, so the pool never grows
+      need = 1 + sum(sorted(-(-int(t) // ps) for t in row_tokens)[-self.B:])
+      first = max_pages = min(max_pages, pool_pages(need))
     self.alloc = PageAllocator(self.B, ps, cols, max(first, 2), max(max_pages, 2))
+    self.stats["kv_pool_pages"] = self.alloc.num_pages
     return S.init_paged_state(self.model_cfg, self.B, self.alloc.num_pages, ps, 1, window,
                               self.cache_dtype, self.sharder)
 
@@ -190,5 +196,14 @@ class SlotPlanner:
     cols = min(pow2(cols), alloc.table.shape[1])
     table = put(alloc.table[:, :cols])
     if st.cache["k"][0].shape[1] < alloc.num_pages:
+      self.stats["kv_pool_pages"] = alloc.num_pages
       return S.grow_pages(st, table, num_pages=alloc.num_pages, sharder=self.sharder)
     return S.set_table(st, table)
+
+
+def pool_pages(need: int) -> int:
+  """A fixed pool's page count for `need` pages: rounded up to a multiple of a sixteenth of the
+  next power of two (at most 12.5% more), so that calls whose prompts differ a little share one
+  pool size, hence one set of compiled programs."""
+  step = max(1, pow2(need) // 16)
+  return -(-need // step) * step
