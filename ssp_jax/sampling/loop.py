@@ -150,16 +150,18 @@ def _take_rows(st: DecodeState, idx_R, keep_R, sharder) -> DecodeState:
   return _constrain_state(st, sharder)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "dtype", "sharder"), donate_argnums=(1,))
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype", "sharder", "columns"),
+                   donate_argnums=(1,))
 def prefill_rows(cfg: ModelConfig, st: DecodeState, params, rows_R: jax.Array,
                  tokens_RT: jax.Array, start_R: jax.Array, *, dtype=jnp.float32,
-                 sharder: Optional[Sharder] = None) -> DecodeState:
+                 sharder: Optional[Sharder] = None, columns: Optional[int] = None) -> DecodeState:
   """Writes K/V of tokens_RT at slots start_R.. of cache rows rows_R (padding rows may repeat a
   row with identical inputs). Only these R rows are computed; the other rows are untouched.
-  Paged cache: the rows' pages (the first `columns` table columns) are gathered into a dense
-  view, prefilled, and scattered back; writes past a row's pages land on the null page."""
+  Paged cache: the rows' pages (the first `columns` table columns; None: all) are gathered into
+  a dense view, prefilled, and scattered back; writes past a row's pages land on the null page.
+  The caller keeps start_R + T within `columns` pages (the decode may attend a wider table)."""
   if "table" in st.cache:
-    return _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder)
+    return _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder, columns)
   sub = {k: jnp.stack([x[rows_R] for x in v]) for k, v in st.cache.items()}   # [L, R, K, S, H]
   _, sub = models.forward_with_cache(cfg, params, tokens_RT, start_R, sub, dtype=dtype,
                                      sharder=sharder, return_hidden=True)
@@ -167,8 +169,8 @@ def prefill_rows(cfg: ModelConfig, st: DecodeState, params, rows_R: jax.Array,
   return _constrain_state(st._replace(cache=cache), sharder)
 
 
-def _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder):
-  table_RC = st.cache["table"][rows_R]
+def _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder, columns):
+  table_RC = st.cache["table"][rows_R, :columns]
   sub = {k: PG.gather_rows(st.cache[k], table_RC) for k in ("k", "v")}
   _, sub = models.forward_with_cache(cfg, params, tokens_RT, start_R, sub, dtype=dtype,
                                      sharder=sharder, return_hidden=True)
