@@ -25,7 +25,8 @@ budgets drawn from lognormals with the stated means (`--step-*`), printing `roll
 With --no-warmup the timed run compiles: `compile_s` is the XLA compile time inside it and
 `policy_tok_s_excl_compile` the rate without it (tracing is not subtracted).
 Memory: after each multi-turn / paper-step run a `sampler_memory` line gives the device's peak
-bytes in use (process-wide so far; null on CPU) against weights + KV-cache estimates.
+bytes in use (process-wide so far; null on CPU) against weights + KV-cache estimates (paged: the
+pages in use at most; `kv_pool_bytes` is the pool allocated, rollout.kv_pool).
 Multi-turn and paper-step lines carry `engine_stats` (the host-loop time breakdown, decode steps,
 occupancy, compiles; docs/rollout.md) and, after the untimed warm-up, `warmup_compiles` /
 `warmup_compile_s`. `--presets tiny` runs the tiny shape at the given batches and lengths.
@@ -240,15 +241,17 @@ def memory_line(name, cfg, dtype, eng, after: str, engine_stats: dict):
   weights = nparams * jnp.dtype(dtype).itemsize
   tok_bytes = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(dtype).itemsize
   c = eng.cfg
+  pool = None
   if c.kv_layout == "paged":
     kv = int(engine_stats.get("kv_pages_peak", 0)) * int(c.page_size) * tok_bytes
+    pool = int(engine_stats.get("kv_pool_pages", 0)) * int(c.page_size) * tok_bytes
   else:
     kv = int(c.batch_size) * (int(c.max_prompt_tokens) + int(c.max_response_tokens)
                               + int(c.prefill_chunk)) * tok_bytes
   est = 2 * weights + kv   # stacked params (prefill) + per-layer copy (decode)
   return {"bench": "sampler_memory", "model": name, "after": after, "kv_layout": c.kv_layout,
           "batch": int(c.batch_size), "peak_bytes": peak, "weights_bytes": weights,
-          "kv_bytes_estimate": kv, "estimate_bytes": est,
+          "kv_bytes_estimate": kv, "kv_pool_bytes": pool, "estimate_bytes": est,
           "peak_over_estimate": round(peak / est, 3) if peak else None}
 
 

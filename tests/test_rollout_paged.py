@@ -134,8 +134,10 @@ def assert_same_trajectories(want, got, atol=2e-4):
 
 @pytest.mark.parametrize("paged_kw", [dict(page_size=8),
                                       dict(page_size=4, kv_max_tokens=160),
+                                      dict(page_size=4, kv_pool="grow"),
                                       dict(page_size=8, decode_attention="pallas")],
-                         ids=["ample_pool", "tight_pool_preempts", "pallas_interpret"])
+                         ids=["ample_pool", "tight_pool_preempts", "growing_pool",
+                              "pallas_interpret"])
 def test_multiturn_greedy_paged_equals_dense(model, tags, paged_kw):
   cfg, params, tok = model
   open_, close = tags
@@ -151,8 +153,12 @@ def test_multiturn_greedy_paged_equals_dense(model, tags, paged_kw):
   if "kv_max_tokens" in paged_kw:   # the pool holds fewer tokens than the slots want
     assert stats["preemptions"] >= 1
     assert stats["kv_pages_peak"] <= 160 // 4
+  if "kv_pool" in paged_kw:         # grown by doubling from batch_size x cache_min_len
+    assert stats["kv_pool_pages"] > 1 + 4 * 32 // 4
 
 
 def test_bad_kv_layout_names_the_field(model):
   with pytest.raises(ValueError, match="rollout.kv_layout"):
     _engine(model, None, kv_layout="ragged")
+  with pytest.raises(ValueError, match="rollout.kv_pool"):
+    _engine(model, None, kv_layout="paged", kv_pool="elastic")

@@ -34,6 +34,8 @@ def test_tiny_multiturn_prints_vs_single_turn_for_both_layouts():
   assert single["paged"]["decode_attention"] == "gather"
   for l in mem:
     assert l["estimate_bytes"] == 2 * l["weights_bytes"] + l["kv_bytes_estimate"] > 0
+    if l["kv_layout"] == "paged":   # the pool allocated holds at least the pages in use
+      assert l["kv_pool_bytes"] >= l["kv_bytes_estimate"] > 0
 
 
 def test_peer_tunix_without_tunix_is_a_one_line_error():

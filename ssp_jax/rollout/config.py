@@ -30,6 +30,10 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # (max_prompt + max_response + prefill_chunk), never preempts.
                                 # Smaller: more slots fit; a row short of pages waits, and when
                                 # no row can go on the youngest is preempted and recomputed
+  c.kv_pool = "fixed"           # paged: fixed = sized once per call for its rows at their
+                                # longest (capped by kv_max_tokens), one shape, few compiles |
+                                # grow = from batch_size x cache_min_len, doubling as rows need
+                                # (less memory when rows end well short of their budgets)
   # --- sampling ---
   c.temperature = 1.0           # 0 = greedy; recorded log-probs are log_softmax(logits / T)
   c.top_p = 1.0                 # 1 = off

@@ -85,6 +85,8 @@ class RolloutEngine:
         self.cfg.decode_attention = self._auto_attention()
     if self.cfg.kv_layout not in ("dense", "paged"):
       raise ValueError(f"rollout.kv_layout={self.cfg.kv_layout!r} unknown; use 'dense' or 'paged'")
+    if self.cfg.kv_pool not in ("fixed", "grow"):
+      raise ValueError(f"rollout.kv_pool={self.cfg.kv_pool!r} unknown; use 'fixed' or 'grow'")
     if int(self.cfg.tail_min_batch) < 0:
       raise ValueError(f"rollout.tail_min_batch={self.cfg.tail_min_batch} must be >= 0 "
                        f"(the smallest batch the tail shrinks to; 0 = never shrink)")
@@ -179,7 +181,7 @@ class RolloutEngine:
     cap = int(c.max_prompt_tokens) + max_new + int(c.prefill_chunk) + 1
     slots = call.slots = SlotPlanner(c, self.model_cfg, self.sharder, self.cache_dtype,
                                      batch_size(c, self.sharder, n), cap, steps, stats)
-    st = slots.init_state(window=tables.prefix_VM.shape[1])
+    st = slots.init_state(tables.prefix_VM.shape[1], [len(r.pending) + r.budget for r in queue])
     # fused q/k/v and gate/up GEMMs when unsharded (decode_step.decode_params)
     dparams = S.make_decode_params(self.model_cfg, params, self.dtype, self._can_fuse())
     rows: list[Optional[Row]] = [None] * slots.B

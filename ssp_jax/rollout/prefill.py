@@ -67,7 +67,8 @@ def prefill_pending(model_cfg: ModelConfig, params, st: S.DecodeState,
           toks_PT[i, :len(pieces[b][k])] = pieces[b][k]
         start_P = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
         st = S.prefill_rows(model_cfg, st, params, put(idx, np.int32), put(toks_PT),
-                            put(start_P), dtype=dtype, sharder=sharder)
+                            put(start_P), dtype=dtype, sharder=sharder,
+                            columns=slots.columns if slots.paged else None)
         stats["prefill_calls"] += 1
         stats["prefill_tokens"] += sum(len(pieces[b][k]) for b in set(idx))
         stats["prefill_computed"] += len(idx) * T

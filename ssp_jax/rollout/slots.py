@@ -10,7 +10,7 @@ recomputed when it is admitted again). docs/rollout.md, "Paged KV cache".
 from __future__ import annotations
 
 import collections
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -41,9 +41,11 @@ class SlotPlanner:
     self.paged = cfg.kv_layout == "paged"
     self.alloc: Optional[PageAllocator] = None
     self.admitted = 0
+    self.columns: Optional[int] = None   # paged: the attended table width of the next calls
 
-  def init_state(self, window: int) -> S.DecodeState:
-    """The decode state of B empty slots (stop windows of `window` bytes)."""
+  def init_state(self, window: int, row_tokens: Sequence[int] = ()) -> S.DecodeState:
+    """The decode state of B empty slots (stop windows of `window` bytes). row_tokens: the most
+    tokens each row of the call can hold (prompt + budget), which size a "fixed" paged pool."""
     c = self.cfg
     if not self.paged:
       return S.init_state(self.model_cfg, self.B, self._cache_len(0, 0), window,
@@ -52,8 +54,13 @@ class SlotPlanner:
     cols = pow2(-(-self.cap // ps))   # a power of two: every attended width divides evenly
     max_tokens = int(c.kv_max_tokens) or self.B * self.cap
     max_pages = 1 + -(-max_tokens // ps)
-    first = min(max_pages, 1 + -(-self.B * int(c.cache_min_len) // ps))
+    if c.kv_pool == "grow":
+      first = min(max_pages, 1 + -(-self.B * int(c.cache_min_len) // ps))
+    else:   # "fixed": the B longest rows at their longest at once, so the pool never grows
+      need = 1 + sum(sorted(-(-int(t) // ps) for t in row_tokens)[-self.B:])
+      first = max_pages = min(max_pages, pool_pages(need))
     self.alloc = PageAllocator(self.B, ps, cols, max(first, 2), max(max_pages, 2))
+    self.stats["kv_pool_pages"] = self.alloc.num_pages
     return S.init_paged_state(self.model_cfg, self.B, self.alloc.num_pages, ps, 1, window,
                               self.cache_dtype, self.sharder)
 
@@ -183,12 +190,30 @@ class SlotPlanner:
     return min(size, self.cap) if need <= self.cap else size
 
   def _sync_pages(self, st: S.DecodeState, tokens: int) -> S.DecodeState:
-    """Device pool grown to the allocator's size; page table installed with enough columns for
-    `tokens` slots and every owned page (a power of two, so few shapes compile)."""
+    """Device pool grown to the allocator's size (kv_pool="grow"); page table installed with
+    enough columns for `tokens` slots and every owned page (`table_width`; the Pallas kernel
+    reads each row's own length, so it gets the whole table and its decode loop one shape)."""
     alloc = self.alloc
-    cols = max(alloc.pages_for(tokens), max(alloc.owned), 1)
-    cols = min(pow2(cols), alloc.table.shape[1])
-    table = put(alloc.table[:, :cols])
+    C = alloc.table.shape[1]
+    self.columns = table_width(max(alloc.pages_for(tokens), max(alloc.owned), 1), C)
+    table = put(alloc.table[:, :C if str(self.cfg.decode_attention) == "pallas" else self.columns])
     if st.cache["k"][0].shape[1] < alloc.num_pages:
+      self.stats["kv_pool_pages"] = alloc.num_pages
       return S.grow_pages(st, table, num_pages=alloc.num_pages, sharder=self.sharder)
     return S.set_table(st, table)
+
+
+def table_width(pages: int, columns: int) -> int:
+  """The page-table width the next calls attend for rows of up to `pages` pages, in a table of
+  `columns` (a power of two): a power of two, at least columns / 8, so a call compiles at most
+  four widths (a floor of 1 gave one per doubling: 8 to 128 columns for 8,192-token responses).
+  Rows shorter than an eighth of the longest possible row read up to that eighth ("gather")."""
+  return min(columns, max(columns // 8, pow2(pages)))
+
+
+def pool_pages(need: int) -> int:
+  """A fixed pool's page count for `need` pages: rounded up to a multiple of a sixteenth of the
+  next power of two (at most 12.5% more), so that calls whose prompts differ a little share one
+  pool size, hence one set of compiled programs."""
+  step = max(1, pow2(need) // 16)
+  return -(-need // step) * step

@@ -150,16 +150,18 @@ def _take_rows(st: DecodeState, idx_R, keep_R, sharder) -> DecodeState:
   return _constrain_state(st, sharder)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "dtype", "sharder"), donate_argnums=(1,))
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype", "sharder", "columns"),
+                   donate_argnums=(1,))
 def prefill_rows(cfg: ModelConfig, st: DecodeState, params, rows_R: jax.Array,
                  tokens_RT: jax.Array, start_R: jax.Array, *, dtype=jnp.float32,
-                 sharder: Optional[Sharder] = None) -> DecodeState:
+                 sharder: Optional[Sharder] = None, columns: Optional[int] = None) -> DecodeState:
   """Writes K/V of tokens_RT at slots start_R.. of cache rows rows_R (padding rows may repeat a
   row with identical inputs). Only these R rows are computed; the other rows are untouched.
-  Paged cache: the rows' pages (the first `columns` table columns) are gathered into a dense
-  view, prefilled, and scattered back; writes past a row's pages land on the null page."""
+  Paged cache: the rows' pages (the first `columns` table columns; None: all) are gathered into
+  a dense view, prefilled, and scattered back; writes past a row's pages land on the null page.
+  The caller keeps start_R + T within `columns` pages (the decode may attend a wider table)."""
   if "table" in st.cache:
-    return _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder)
+    return _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder, columns)
   sub = {k: jnp.stack([x[rows_R] for x in v]) for k, v in st.cache.items()}   # [L, R, K, S, H]
   _, sub = models.forward_with_cache(cfg, params, tokens_RT, start_R, sub, dtype=dtype,
                                      sharder=sharder, return_hidden=True)
@@ -167,8 +169,8 @@ def prefill_rows(cfg: ModelConfig, st: DecodeState, params, rows_R: jax.Array,
   return _constrain_state(st._replace(cache=cache), sharder)
 
 
-def _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder):
-  table_RC = st.cache["table"][rows_R]
+def _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder, columns):
+  table_RC = st.cache["table"][rows_R, :columns]
   sub = {k: PG.gather_rows(st.cache[k], table_RC) for k in ("k", "v")}
   _, sub = models.forward_with_cache(cfg, params, tokens_RT, start_R, sub, dtype=dtype,
                                      sharder=sharder, return_hidden=True)
@@ -177,20 +179,31 @@ def _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder):
   return _constrain_state(st._replace(cache=cache), sharder)
 
 
-@functools.partial(jax.jit, donate_argnums=(0,))
 def set_windows(st: DecodeState, rows_R: jax.Array, window_RM: jax.Array) -> DecodeState:
   """Sets rows' stop-string windows (a row resumed after preemption keeps its segment)."""
-  return st._replace(window_BM=st.window_BM.at[rows_R].set(window_RM.astype(jnp.int16)))
+  return st._replace(window_BM=_set_windows(st.window_BM, rows_R, window_RM))
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
+def _set_windows(window_BM, rows_R, window_RM):
+  return window_BM.at[rows_R].set(window_RM.astype(jnp.int16))
+
+
 def set_rows(st: DecodeState, rows_R: jax.Array, tok_R: jax.Array, pos_R: jax.Array,
              reset_R: jax.Array) -> DecodeState:
-  """Sets the next token / position of rows; resets their stop window where reset_R."""
-  window = st.window_BM.at[rows_R].set(
-      jnp.where(reset_R[:, None], PAD, st.window_BM[rows_R]).astype(jnp.int16))
-  return st._replace(tok_B=st.tok_B.at[rows_R].set(tok_R), pos_B=st.pos_B.at[rows_R].set(pos_R),
-                     window_BM=window)
+  """Sets the next token / position of rows; resets their stop window where reset_R. Only the
+  per-row vectors go through the program (not the cache), so it compiles once per batch size
+  whatever the cache's length, pool size or table width."""
+  tok_B, pos_B, window_BM = _set_rows(st.tok_B, st.pos_B, st.window_BM, rows_R, tok_R, pos_R,
+                                      reset_R)
+  return st._replace(tok_B=tok_B, pos_B=pos_B, window_BM=window_BM)
+
+
+@functools.partial(jax.jit, donate_argnums=(0, 1, 2))
+def _set_rows(tok_B, pos_B, window_BM, rows_R, tok_R, pos_R, reset_R):
+  window = window_BM.at[rows_R].set(
+      jnp.where(reset_R[:, None], PAD, window_BM[rows_R]).astype(jnp.int16))
+  return tok_B.at[rows_R].set(tok_R), pos_B.at[rows_R].set(pos_R), window
 
 
 class _Carry(NamedTuple):

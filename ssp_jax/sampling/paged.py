@@ -11,8 +11,10 @@ The per-layer pool layout [K, P, T, H] is the one JAX's Pallas GPU kernel
 no transpose; on any backend `attn_impl="gather"` (pure JAX) gathers the C attended pages per row.
 
 Decode attention cost scales with C (the engine sizes it to the longest row in flight, rounded
-up to a power of two) for "gather", and with each row's own length for "pallas"; the pool itself
-scales with the tokens in flight, not with slots x maximum length.
+up to a power of two, at least an eighth of the table: rollout/slots.py `table_width`) for
+"gather", and with each row's own length for "pallas" (the engine passes it the whole table);
+the pool holds the call's rows at their longest (rollout.kv_pool="fixed") or grows with the
+tokens in flight ("grow"), not slots x the longest possible row.
 """
 from __future__ import annotations
 

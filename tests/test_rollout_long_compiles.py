@@ -1,0 +1,62 @@
+"""Long multi-turn responses on the paged layout compile few programs (issue 26, item 3): the
+pool is sized once per call (rollout.kv_pool="fixed"), so no decode or prefill shape follows its
+growth, and the attended page-table width takes at most four sizes. Before, the pool doubled
+from batch_size x cache_min_len and the width doubled from one page: each (pool, width) pair was
+another decode loop, 32 programs for the 8,192-token CPU benchmark (bench/RESULTS.md)."""
+import os
+import sys
+
+import jax
+import numpy as np
+
+import models
+from models.config import ModelConfig
+from ssp_jax.rollout import RolloutEngine, get_rollout_config
+from ssp_jax.rollout.rows import pow2
+from ssp_jax.rollout.slots import pool_pages, table_width
+from ssp_jax.testing.small_retriever import SmallBM25Retriever
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "bench"))
+from sampler import SyntheticTokenizer  # noqa: E402
+
+CFG = ModelConfig(model_type="qwen2", vocab_size=128, hidden_size=32, intermediate_size=64,
+                  num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8)
+
+
+def test_table_widths_and_pool_sizes_are_few():
+  for columns in (1, 2, 8, 64, 256):
+    widths = {table_width(p, columns) for p in range(1, columns + 1)}
+    assert len(widths) <= 4 and max(widths) == columns
+    assert all(table_width(p, columns) >= p for p in range(1, columns + 1))
+  for need in range(1, 5000):
+    assert need <= pool_pages(need) <= need * 1.125
+  assert len({pool_pages(n) for n in range(2049, 4097)}) == 8   # 16 sizes an octave at most
+
+
+def test_long_multiturn_responses_compile_few_programs():
+  """Four rows of 12-token prompts with 200-token budgets, searching every ~64 tokens, on pages
+  of 4 slots. The old code grew the pool 17 -> 34 -> 68 -> 136 -> 272 pages and the width
+  16 -> 32 -> 64 columns, and each (pool, width) pair compiled a decode loop, prefills and
+  set_rows: 5 decode loops, 5 prefills, 5 set_rows, 3 pool growths. Now one pool, the widths
+  16, 32 and 64 (at least 64 / 8), one set_rows."""
+  rc = get_rollout_config()
+  rc.update(dict(dtype="float32", cache_dtype="float32", batch_size=4, max_prompt_tokens=12,
+                 max_response_tokens=200, cache_min_len=16, prefill_chunk=32, steps_per_call=32,
+                 max_obs_tokens=16, max_searches=100, kv_layout="paged", page_size=4,
+                 decode_attention="gather"))
+  eng = RolloutEngine(CFG, SyntheticTokenizer(CFG.vocab_size, search_every=64), rc,
+                      SmallBM25Retriever())
+  params = models.init_params(CFG, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  prompts = [rng.integers(0, CFG.vocab_size, 12).tolist() for _ in range(4)]
+  trajs, stats = eng.generate(params, prompts, jax.random.key(1))
+  assert [len(t.response_ids) for t in trajs] == [200] * 4 and stats["searches"] >= 8
+  assert pow2(-(-(12 + 200 + 32 + 1) // 4)) == 64           # table columns
+  by_fn = stats["compiled_functions"]
+  assert by_fn.get("jit(decode)", 0) <= 3, by_fn            # one per width, one pool
+  assert by_fn.get("jit(prefill_rows)", 0) <= 3, by_fn
+  assert by_fn.get("jit(_set_rows)", 0) <= 1 and "jit(set_rows)" not in by_fn, by_fn
+  assert "jit(grow_pages)" not in by_fn, by_fn
+  assert stats["kv_pool_pages"] == pool_pages(1 + 4 * -(-(12 + 200) // 4)) == 224
+  assert stats["kv_pages_peak"] <= stats["kv_pool_pages"]
