@@ -100,15 +100,17 @@ class RolloutEngine:
     rows or heads (on one H200: dense 1.23x the einsum step at 0.5B and 1.11x at 7B, paged the
     fastest multi-turn layout; bench/RESULTS.md), else the batched GEMMs ("einsum"; "gather"
     for the paged layout)."""
-    one = self.sharder is None or all(self.sharder.axis_size(a) == 1 for a in
-                                      ("act_batch", "q_heads", "kv_heads", "mlp"))
+    one = self._unsplit("act_batch", "q_heads", "kv_heads", "mlp")
     return "pallas" if one and jax.default_backend() == "gpu" else "einsum"
 
   def _can_fuse(self) -> bool:
     """Fused q/k/v and gate/up decode weights (decode_step.decode_params) unless the heads or
     the MLP are split over a mesh axis (a one-device mesh splits nothing)."""
-    return self.sharder is None or all(self.sharder.axis_size(a) == 1
-                                       for a in ("q_heads", "kv_heads", "mlp"))
+    return self._unsplit("q_heads", "kv_heads", "mlp")
+
+  def _unsplit(self, *axes: str) -> bool:
+    """No mesh axis splits these logical axes (no sharder, or each of them of size 1)."""
+    return self.sharder is None or all(self.sharder.axis_size(a) == 1 for a in axes)
 
   def generate(self, params, prompts: Sequence[Prompt], rng: jax.Array, *,
                stop: Optional[Sequence[str]] = None, use_search: Optional[bool] = None,
