@@ -138,17 +138,23 @@ def test_observations_are_what_the_retriever_returns(setup):
       assert run == observation_ids(tok, pf.render_docs(fresh), MAX_OBS)
 
 
-def test_sft_lowers_the_demonstration_loss(setup):
-  ckpt, _, _, _, demos, _, _ = setup
-  cfg, params = models.hf_io.load_hf_checkpoint(ckpt)
-  trajs = [d.traj for d in demos][:6]
+def _sft_inputs(setup, n_demos: int):
+  """(model cfg, params, the first n_demos demonstrations, step config, packed rows of 2,048
+  tokens, packer stats) for the SFT tests."""
   from ssp_jax.rl.config import get_rl_config
   from ssp_jax.rl.learner import StepConfig
   from ssp_jax.ssp.warmstart.sft import packed_rows
+  ckpt, _, _, _, demos, _, _ = setup
+  cfg, params = models.hf_io.load_hf_checkpoint(ckpt)
+  trajs = [d.traj for d in demos][:n_demos]
   rl = get_rl_config()
   rl.remat, rl.compute_dtype = "none", "float32"
-  sc = StepConfig.from_config(rl)
   rows, stats = packed_rows(trajs, 2048)
+  return cfg, params, trajs, StepConfig.from_config(rl), rows, stats
+
+
+def test_sft_lowers_the_demonstration_loss(setup):
+  cfg, params, trajs, sc, rows, stats = _sft_inputs(setup, 6)
   assert 0.5 < stats["fill_rate"] <= 1.0
   # every demonstration is in the packed rows once, whole: loss tokens are preserved
   # (each segment's first token is a prompt token, never a loss token)
@@ -207,16 +213,7 @@ def test_shipped_data_files_the_code_names_exist():
 def test_train_layers_freezes_the_layers_below(setup):
   """warmstart.train_layers: the bottom layers get no update, the top ones move, and the loss
   value is the full model's (the forward is unchanged)."""
-  ckpt, _, _, _, demos, _, _ = setup
-  cfg, params = models.hf_io.load_hf_checkpoint(ckpt)
-  trajs = [d.traj for d in demos][:4]
-  from ssp_jax.rl.config import get_rl_config
-  from ssp_jax.rl.learner import StepConfig
-  from ssp_jax.ssp.warmstart.sft import packed_rows
-  rl = get_rl_config()
-  rl.remat, rl.compute_dtype = "none", "float32"
-  sc = StepConfig.from_config(rl)
-  rows, _ = packed_rows(trajs, 2048)
+  cfg, params, trajs, sc, rows, _ = _sft_inputs(setup, 4)
   n = num_scored(rows[1], rows[1].shape[0])
   top = cfg.num_layers - 1
   loss = lambda p, f: nll_loss(p, *rows, cfg=cfg, sc=sc, num_scored=n, frozen_layers=f)
