@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from models import layers as L_
+from models.blocked_attention import blocked_attention
 from models.config import ModelConfig
 from models.init import init_from_shapes
 from models.sharding import Sharder, constrain
@@ -166,13 +167,14 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
   segment_ids_BT: tokens attend only within their segment; 0 marks padding (default all 1).
     Left padding: segment 0 on the pads and positions 0.. on the real tokens. Packing: one id
     per packed sequence, positions restarting at 0 in each.
-  attn_impl: "xla" (einsum, any mask), or "cudnn"/"auto" for `jax.nn.dot_product_attention`
-    (flash attention on GPU). With segment ids and `max_segments` > 0 (packed rows: segments
+  attn_impl: "xla" (einsum, any mask), "blocked" (any mask: block-sparse attention with its
+    own backward pass, `models.blocked_attention`; the fast one on a CPU), or "cudnn"/"auto"
+    for `jax.nn.dot_product_attention` (flash attention on GPU). With segment ids and `max_segments` > 0 (packed rows: segments
     1..M contiguous and in order, padding after them), "cudnn" runs cuDNN's packed layout
     (`layers.fused_segment_attention`); with max_segments 0 segment ids take the XLA path.
   attn_chunk: on the XLA path, query chunks of this many tokens that skip the keys after the
     chunk (`layers.causal_chunked_attention`; 0: one block). Same outputs, less work on long
-    rows (the CPU path).
+    rows. With "blocked", the query and key block length (0: 128).
   frozen_layers: the first this many layers (and the embedding lookup) get no gradient: their
     output is under stop_gradient, so a backward pass stops there (same forward values).
   """
@@ -181,8 +183,9 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
     positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
   inv_freq = L_.rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
   cos, sin = L_.rope_cos_sin(positions_BT, inv_freq, dtype)
-  packed_fused = attn_impl != "xla" and segment_ids_BT is not None and max_segments > 0
-  fused = attn_impl != "xla" and segment_ids_BT is None
+  masked = attn_impl in ("xla", "blocked")
+  packed_fused = not masked and segment_ids_BT is not None and max_segments > 0
+  fused = not masked and segment_ids_BT is None
   if not (fused or packed_fused):
     seg = jnp.ones((B, T), jnp.int32) if segment_ids_BT is None else segment_ids_BT
     mask_BTS = L_.segment_mask(positions_BT, seg)
@@ -194,6 +197,8 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
     elif packed_fused:
       attn = L_.fused_segment_attention(q, k, v, segment_ids_BT, positions_BT, attn_impl,
                                         max_segments)
+    elif attn_impl == "blocked":
+      attn = blocked_attention(q, k, v, mask_BTS, attn_chunk or 128)
     else:
       attn = L_.causal_chunked_attention(q, k, v, mask_BTS, attn_chunk)
     return _attn_out_and_mlp(cfg, lp, x_BTD, attn, sharder), None

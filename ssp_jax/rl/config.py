@@ -19,7 +19,7 @@ from ssp_jax.rl.roles import check_roles, roles_config
 UPDATE_SCHEDULES = ("fused", "by_role", "proposer_then_solver")
 BY_ROLE = ("by_role", "proposer_then_solver")   # the second: by_role's name before roles were
                                                 # data, still accepted so old commands run
-ATTN_IMPLS = ("xla", "cudnn", "auto")   # models.decoder.hidden_states
+ATTN_IMPLS = ("xla", "blocked", "cudnn", "auto")   # models.decoder.hidden_states
 
 
 def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.ConfigDict:
@@ -84,9 +84,11 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
   c.compute_dtype = "bfloat16" # forward/backward dtype; master params stay param_dtype
   c.param_dtype = "float32"    # master params, gradients and AdamW moments
   c.ref_dtype = "bfloat16"     # frozen reference params (forward only)
-  c.attn_impl = "xla"          # "xla", or "cudnn" for flash attention on GPU
+  c.attn_impl = "xla"          # "xla"; "blocked" (block-sparse, skips the pairs the mask
+                               # hides; the fast one on a CPU); "cudnn" (flash attention, GPU)
   c.attn_chunk = 512           # "xla": query chunks that skip the keys after them (same
-                               # result, about half the score matrix on long rows); 0: one block
+                               # result, about half the score matrix on long rows); 0: one block.
+                               # "blocked": its block length (0: 128)
   c.logprob_chunk = 512        # tokens per lm_head chunk: logits never exist as [B, T, V]
   # -- robustness -------------------------------------------------------------------------
   c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips
