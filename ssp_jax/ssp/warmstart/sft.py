@@ -103,13 +103,16 @@ def batches(rows: tuple[np.ndarray, ...], batch_size: int,
 def sft(cfg: models.ModelConfig, params: Any, trajs: Sequence[Trajectory], *, epochs: int,
         lr: float, batch_size: int, max_len: int = 2048, seed: int = 0,
         compute_dtype: str = "float32", remat: str = "full", train_layers: int = 0,
+        attn_impl: str = "xla", attn_chunk: int = 512,
         progress: bool = True) -> tuple[Any, list[float]]:
   """Trains `params` on `trajs` for `epochs`; returns (params, mean loss per epoch). `remat`
   (models.decoder.REMAT_POLICIES) trades compute for activation memory. `train_layers` > 0
   trains only the top this many layers, the final norm and the output projection (the layers
-  below and the embedding lookup are frozen, so the backward pass stops at them)."""
+  below and the embedding lookup are frozen, so the backward pass stops at them). `attn_impl`
+  and `attn_chunk` are the run's `rl` ones (models.decoder.hidden_states)."""
   rl = get_rl_config()
   rl.remat, rl.compute_dtype, rl.logprob_chunk = remat, compute_dtype, 256
+  rl.attn_impl, rl.attn_chunk = attn_impl, attn_chunk
   sc = StepConfig.from_config(rl)
   tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(lr, weight_decay=0.0))
   rows, stats = packed_rows(trajs, max_len, sc.max_segments)
