@@ -54,7 +54,8 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
                                 # of docs/results.md (2026-12-01) had rl.pack=False
   rl.max_len = 4096             # above rollout.max_prompt_tokens (the trainer checks)
   rl.remat = "none"
-  rl.attn_impl = "xla"
+  rl.attn_impl = "auto"         # cuDNN flash attention in its packed layout on the GPU (the
+                                # update benchmark's setting; "xla" built [T, T] masks)
 
   s = c.ssp
   s.batch_size = 64            # answers per step

@@ -17,8 +17,9 @@ in blocks of `block` tokens:
 Same outputs and gradients as `layers.attention` up to float rounding for every query that
 sees at least one key; a query that sees none (padding) gets 0 and passes no gradient.
 
-The block loop is unrolled in Python (about (T / block)^2 / 2 branches a layer), so it is
-meant for rows of up to a few thousand tokens; on a GPU use "cudnn", on a TPU "xla".
+The block loop is unrolled in Python (about (T / block)^2 / 2 branches a layer), so a row
+longer than MAX_BLOCKS blocks gets longer blocks (`block_for`): rows of up to a few thousand
+tokens are what it is for; on a GPU use "cudnn", on a TPU "xla".
 """
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ import jax
 import jax.numpy as jnp
 
 _NEG = -1e30   # finite: a fully masked block row keeps a finite running max
+
+
+MAX_BLOCKS = 32   # query blocks a row at most (528 visible pairs at most, compiled unrolled)
+
+
+def block_for(T: int, block: int) -> int:
+  """`block`, or the multiple of 16 that keeps a row of T tokens within MAX_BLOCKS blocks."""
+  need = -(-T // MAX_BLOCKS)
+  return max(block, -(-need // 16) * 16)
 
 
 def _spans(n: int, block: int) -> list[tuple[int, int]]:
@@ -97,7 +107,8 @@ def _to_BTNH(x_BKGTH):
 def blocked_attention(q_BTNH: jax.Array, k_BSKH: jax.Array, v_BSKH: jax.Array,
                       mask_BTS: jax.Array, block: int = 128) -> jax.Array:
   """Grouped-query attention [B, T, N, H] of q over k, v [B, S, K, H] under a boolean mask
-  [B, T, S] that is causal in index space (no query sees a later index; `segment_mask`)."""
+  [B, T, S] that is causal in index space (no query sees a later index; `segment_mask`).
+  Callers pass `block_for(T, block)` (models.decoder does)."""
   out, _ = _forward(q_BTNH, k_BSKH, v_BSKH, mask_BTS, block)
   return _to_BTNH(out).astype(q_BTNH.dtype)
 

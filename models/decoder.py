@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from models import layers as L_
-from models.blocked_attention import blocked_attention
+from models.blocked_attention import block_for, blocked_attention
 from models.config import ModelConfig
 from models.init import init_from_shapes
 from models.sharding import Sharder, constrain
@@ -198,7 +198,7 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
       attn = L_.fused_segment_attention(q, k, v, segment_ids_BT, positions_BT, attn_impl,
                                         max_segments)
     elif attn_impl == "blocked":
-      attn = blocked_attention(q, k, v, mask_BTS, attn_chunk or 128)
+      attn = blocked_attention(q, k, v, mask_BTS, block_for(T, attn_chunk or 128))
     else:
       attn = L_.causal_chunked_attention(q, k, v, mask_BTS, attn_chunk)
     return _attn_out_and_mlp(cfg, lp, x_BTD, attn, sharder), None

@@ -8,7 +8,7 @@ import pytest
 
 import models
 from models import layers as L
-from models.blocked_attention import _visible, blocked_attention
+from models.blocked_attention import MAX_BLOCKS, _visible, block_for, blocked_attention
 from models.config import ModelConfig
 
 
@@ -95,3 +95,9 @@ def test_model_loss_and_grads_equal_the_xla_path(remat="full"):
   np.testing.assert_allclose(l_b, l_x, rtol=1e-5)
   for a, b in zip(jax.tree.leaves(g_b), jax.tree.leaves(g_x)):
     np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_long_rows_get_longer_blocks():
+  assert block_for(1024, 128) == 128
+  assert block_for(12288, 128) == 384 and 12288 / 384 <= MAX_BLOCKS
+  assert block_for(5000, 64) % 16 == 0 and -(-5000 // block_for(5000, 64)) <= MAX_BLOCKS

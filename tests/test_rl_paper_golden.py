@@ -33,6 +33,7 @@ PROPOSER, SOLVER, SYNTHESIZER = "proposer", "solver", "synthesizer"
 def _rl(config_file: str, **overrides):
   rl = load_config_file(repo_path("configs", config_file)).rl
   rl.compute_dtype = rl.ref_dtype = "float32"
+  rl.attn_impl = "xla"   # the path the golden was recorded on ("auto" is "blocked" on a CPU)
   rl.micro_batch_size = 2
   rl.update(overrides)
   return rl

@@ -84,8 +84,9 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
   c.compute_dtype = "bfloat16" # forward/backward dtype; master params stay param_dtype
   c.param_dtype = "float32"    # master params, gradients and AdamW moments
   c.ref_dtype = "bfloat16"     # frozen reference params (forward only)
-  c.attn_impl = "xla"          # "xla"; "blocked" (block-sparse, skips the pairs the mask
-                               # hides; the fast one on a CPU); "cudnn" (flash attention, GPU)
+  c.attn_impl = "auto"         # "auto": cudnn on a GPU, blocked on a CPU, xla elsewhere;
+                               # "xla" (einsum, chunked); "blocked" (block-sparse, skips the
+                               # pairs the mask hides); "cudnn" (flash attention, GPU)
   c.attn_chunk = 512           # "xla": query chunks that skip the keys after them (same
                                # result, about half the score matrix on long rows); 0: one block.
                                # "blocked": its block length (0: 128)

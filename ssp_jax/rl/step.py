@@ -31,6 +31,15 @@ from ssp_jax.rl import pack as pack_lib
 from ssp_jax.rl import train_state as ts
 
 
+def resolve_attn_impl(impl: str, backend: Optional[str] = None) -> str:
+  """rl.attn_impl="auto": cuDNN flash attention on a GPU (its packed layout for packed rows),
+  the block-sparse "blocked" attention on a CPU, the XLA einsum path elsewhere (TPU)."""
+  if impl != "auto":
+    return impl
+  backend = backend or jax.default_backend()
+  return {"gpu": "cudnn", "cuda": "cudnn", "cpu": "blocked"}.get(backend, "xla")
+
+
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
   """The static (hashable) knobs of the compiled step, read from the `rl` config."""
@@ -58,7 +67,7 @@ class StepConfig:
                kl_coef=rl.kl_coef, kl_type=rl.kl_type, loss_agg=rl.loss_agg,
                entropy_coef=rl.entropy_coef, temperature=rl.temperature,
                micro_batch_size=rl.micro_batch_size, remat=rl.remat,
-               compute_dtype=rl.compute_dtype, attn_impl=rl.attn_impl,
+               compute_dtype=rl.compute_dtype, attn_impl=resolve_attn_impl(rl.attn_impl),
                logprob_chunk=rl.logprob_chunk,
                max_segments=int(rl.get("pack_max_segments", 64)),
                attn_chunk=int(rl.get("attn_chunk", 0)))

@@ -61,8 +61,9 @@ def cache_key(config) -> str:
            config.rollout.topk, config.rollout.max_obs_tokens, config.ssp.filters.to_dict(),
            config.ssp.default_hops, config.rl.compute_dtype, config.ssp.rag.noise_docs,
            config.ssp.rag.enabled)
-  if config.rl.attn_impl == "blocked":   # the same SFT up to float rounding; its own entry
-    parts += (("attn", config.rl.attn_impl, int(config.rl.attn_chunk)),)
+  from ssp_jax.rl.step import resolve_attn_impl
+  if resolve_attn_impl(config.rl.attn_impl) == "blocked":   # the same SFT up to rounding
+    parts += (("attn", "blocked", int(config.rl.attn_chunk)),)
   if config.warmstart.get("demos", "blank") == "world":   # the world's files, not the shipped ones
     world_dir = config.ssp.get("world_dir", "")
     parts += tuple(_digest(os.path.join(world_dir, f))
