@@ -13,7 +13,8 @@ A decode step feeds tok_B at pos_B (writing that slot), samples the next token f
 and advances rows that are still running. Rows that are done keep re-writing their own slot pos_B
 with the same token, which is harmless: every slot a query reads (<= its position) holds a real
 token. Appending a chunk (a new prompt, or an observation after a stop) feeds all of the chunk's
-tokens but the last with `prefill_rows`, then sets tok_B to its last token: the same step then
+tokens but the last with `prefill_rows` (the engine's paged prefill: `paged_prefill.prefill_pages`,
+on the pools alone), then sets tok_B to its last token: the same step then
 yields the logits of the next token. Padded chunk tokens land on slots past the row's position and
 are overwritten before anything reads them.
 
