@@ -28,8 +28,9 @@ Memory: after each multi-turn / paper-step run a `sampler_memory` line gives the
 bytes in use (process-wide so far; null on CPU) against weights + KV-cache estimates (paged: the
 pages in use at most; `kv_pool_bytes` is the pool allocated, rollout.kv_pool).
 Multi-turn and paper-step lines carry `engine_stats` (the host-loop time breakdown, decode steps,
-occupancy, compiles; docs/rollout.md) and, after the untimed warm-up, `warmup_compiles` /
-`warmup_compile_s`. `--presets tiny` runs the tiny shape at the given batches and lengths.
+occupancy, compiles; docs/rollout.md), `compiled_functions` (the timed run's compilations by
+jitted function: `jit(prefill_pages)`, `jit(decode)`, ...) and, after the untimed warm-up,
+`warmup_compiles` / `warmup_compile_s`. `--presets tiny` runs the tiny shape at the given batches and lengths.
 """
 from __future__ import annotations
 
@@ -81,8 +82,13 @@ def _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout):
   rows = jnp.arange(B, dtype=jnp.int32)
   jax.block_until_ready(st)
   t0 = time.perf_counter()
-  st = S.prefill_rows(cfg, st, params, rows, prompt[:, :-1], jnp.zeros((B,), jnp.int32),
-                      dtype=dtype)
+  if layout == "dense":
+    st = S.prefill_rows(cfg, st, params, rows, prompt[:, :-1], jnp.zeros((B,), jnp.int32),
+                        dtype=dtype)
+  else:   # as the engine prefills pages: the pools alone, decode-layout weights
+    k, v = S.prefill_pages(cfg, st.cache["k"], st.cache["v"], dparams, st.cache["table"],
+                           prompt[:, :-1], jnp.zeros((B,), jnp.int32), dtype=dtype)
+    st = st._replace(cache={**st.cache, "k": k, "v": v})
   st = S.set_rows(st, rows, prompt[:, -1], jnp.full((B,), P - 1, jnp.int32),
                   jnp.ones((B,), bool))
   jax.block_until_ready(st)
@@ -192,7 +198,8 @@ def _timed_generate(eng, params, prompts, budgets):
           "all_tok_s": round(total / wall, 1), "policy_tokens": policy, "all_tokens": total,
           "searches": sum(t.num_searches for t in trajs), "stop_reasons": reasons,
           "engine_stats": {k: round(v, 3) if isinstance(v, float) else v
-                           for k, v in stats.items() if k != "compiled_functions"}, **warm}
+                           for k, v in stats.items() if k != "compiled_functions"},
+          "compiled_functions": stats["compiled_functions"], **warm}
 
 
 def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_max_tokens,

@@ -12,7 +12,11 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.max_response_tokens = 8192  # whole response incl. spliced observations (veRL's limit)
   c.cache_min_len = 512         # smallest cache bucket; the cache doubles as sequences grow, up
                                 # to max_prompt_tokens + max_response_tokens (+ prefill_chunk)
-  c.prefill_chunk = 512         # longest chunk prefilled in one call (longer ones are split)
+  c.prefill_chunk = 512         # dense: longest chunk prefilled in one call (longer ones split)
+  c.prefill_piece = 64          # paged: rows' pending tokens are prefilled in pieces of this
+                                # many tokens, a row's pieces in one call (rollout/prefill.py)
+  c.prefill_tokens = 4096       # paged: most tokens (pieces x prefill_piece) a prefill call
+                                # computes; bounds its activations and attention scores
   c.steps_per_call = 256        # decode steps per jitted call (the host services rows between)
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
   c.tail_min_batch = 16         # no prompt queued and at most half the slots in use: the batch
@@ -63,6 +67,8 @@ def check_rollout_config(c: ml_collections.ConfigDict) -> None:
   r("max_prompt_tokens", 1)
   r("cache_min_len", 1)
   r("prefill_chunk", 1)
+  r("prefill_piece", 1)
+  r("prefill_tokens", 1)
   r("steps_per_call", 1)
   r("refill_fraction", 0, 1, low_open=True)
   r("tail_min_batch", 0, note="0 = never shrink")

@@ -200,9 +200,11 @@ class RolloutEngine:
         return out
       # 2. prefill what rows wait to put in their cache (prompts, observations)
       tp = time.perf_counter()
-      st = prefill_pending(self.model_cfg, params, st, rows, slots, chunk=int(c.prefill_chunk),
-                           dtype=self.dtype, sharder=self.sharder, stats=stats)
-      jax.block_until_ready(st.tok_B)   # so that prefill_s holds the prefill's device time
+      st = prefill_pending(self.model_cfg, params, dparams, st, rows, slots,
+                           chunk=int(c.prefill_chunk), dtype=self.dtype, sharder=self.sharder,
+                           stats=stats)
+      jax.block_until_ready(st)   # so that prefill_s holds the prefill's device time (paged:
+                                  # the pools come from prefill_pages, tok_B from set_rows)
       stats["prefill_s"] += time.perf_counter() - tp
       # 3. decode up to `steps` tokens a row, until refill_fraction of the rows finished
       tp = time.perf_counter()

@@ -1,6 +1,16 @@
 """Prefill of the rows' pending tokens (new prompts, spliced observations, preempted rows) into
-their KV cache rows, in few compiled shapes: pieces of at most `rollout.prefill_chunk` tokens,
-padded to a bucket length (`chunk_bucket`), rows grouped in powers of two (`row_parts`)."""
+their KV cache rows, in few compiled shapes.
+
+Dense layout: pieces of at most `rollout.prefill_chunk` tokens, padded to a bucket length
+(`chunk_bucket`), rows grouped in powers of two (`row_parts`): a program per (rows, bucket,
+cache length). Paged layout (`_prefill_pieces`): every row's pending tokens are cut into pieces
+of `rollout.prefill_piece` tokens, and the pieces of all rows, however long each row's pending
+sequence, go into calls of at most `rollout.prefill_tokens` tokens, a power of four of pieces
+each (`piece_parts`); the pieces of one row may share a call, as the paged prefill writes each
+layer's K/V before it attends (sampling/paged_prefill.py). Its programs vary only in the count
+of pieces (at most four sizes at the defaults) and the table width (at most four,
+`slots.table_width`), where the chunked rows varied in rows x buckets x widths x decode batch
+(44 programs for 8,192-token responses on an H200, bench/RESULTS.md)."""
 from __future__ import annotations
 
 import collections
@@ -43,14 +53,64 @@ def row_parts(rows: list[int], cap: int) -> list[list[int]]:
   return parts
 
 
-def prefill_pending(model_cfg: ModelConfig, params, st: S.DecodeState,
+def piece_parts(n: int, cap: int) -> list[tuple[int, int]]:
+  """(first, size) of the calls that prefill n pieces, in order (a row's earlier pieces never go
+  to a later call than its later ones). Three sizes a factor of four apart, cap / 16, cap / 4
+  and cap (the most pieces a call holds; 4, 16 and 64 at the defaults): at most cap pieces a
+  call, padded when that wastes at most a quarter of it or the rest is below the smallest size,
+  else the largest size below goes alone and the rest is split again (37 pieces, cap 64:
+  16 + 16 + 4 + 4 with 3 padding pieces; 14: one call of 16). Each size is a program per table
+  width. Powers of four from 1 padded less (on a CPU, where padding costs compute) for one size
+  more, a third more programs (on a GPU a call of 4 pieces costs about what one of 1 does: each
+  reads every weight once); powers of two from 1, twice the sizes."""
+  sizes = sorted({max(1, cap // 16), max(1, cap // 4), cap})
+  parts, first = [], 0
+  while first < n:
+    left = n - first
+    p = next((s for s in sizes if s >= left), None)
+    if p is not None and (p == sizes[0] or p - left <= p // 4):
+      parts.append((first, p))
+      break
+    h = max(s for s in sizes if s < left)
+    parts.append((first, h))
+    first += h
+  return parts
+
+
+def prefill_pending(model_cfg: ModelConfig, params, dparams, st: S.DecodeState,
                     rows: list[Optional[Row]], slots: SlotPlanner, *, chunk: int, dtype,
                     sharder: Optional[Sharder], stats: collections.Counter) -> S.DecodeState:
-  """Puts every row's pending tokens but the last in the cache; the last becomes tok_B."""
+  """Puts every row's pending tokens but the last in the cache; the last becomes tok_B.
+  params: the stacked params (dense layout); dparams: the decode-layout ones (paged layout)."""
   todo = [b for b, r in enumerate(rows) if r is not None and r.pending and not r.blocked]
   if not todo:
     return st
   fed = {b: rows[b].pending[:-1] for b in todo}
+  if slots.paged:
+    st = _prefill_pieces(model_cfg, dparams, st, rows, fed, slots, dtype=dtype, sharder=sharder,
+                         stats=stats)
+  else:
+    st = _prefill_chunks(model_cfg, params, st, rows, fed, slots, chunk=chunk, dtype=dtype,
+                         sharder=sharder, stats=stats)
+  tok = {b: rows[b].pending[-1] for b in todo}
+  for b in todo:
+    rows[b].pos += len(rows[b].pending) - 1
+    rows[b].pending = []
+    rows[b].segment = bytearray()
+  # Row lists padded to all B slots (repeating the first row with its own values), so that
+  # set_rows / set_windows compile once, not once per count of rows.
+  idx = todo + [todo[0]] * (len(rows) - len(todo))
+  st = S.set_rows(st, put(idx, np.int32), put([tok[b] for b in idx], np.int32),
+                  put([rows[b].pos for b in idx], np.int32), put(np.ones((len(idx),), bool)))
+  resumed = [b for b in todo if rows[b].resume_segment is not None]
+  if resumed:   # rows preempted mid-generation: restore their segment and stop window
+    st = _restore_windows(st, rows, resumed)
+  return st
+
+
+def _prefill_chunks(model_cfg, params, st, rows, fed, slots, *, chunk, dtype, sharder, stats):
+  """Dense layout: pieces of at most `chunk` tokens, one call per (piece index, bucket, group)."""
+  todo = list(fed)
   pieces = {b: [fed[b][i:i + chunk] for i in range(0, len(fed[b]), chunk)] for b in todo}
   for k in range(max([len(p) for p in pieces.values()] + [0])):
     # Rows are grouped by the bucket of their own piece's length, one call per bucket: a
@@ -67,24 +127,37 @@ def prefill_pending(model_cfg: ModelConfig, params, st: S.DecodeState,
           toks_PT[i, :len(pieces[b][k])] = pieces[b][k]
         start_P = np.array([rows[b].pos + k * chunk for b in idx], np.int32)
         st = S.prefill_rows(model_cfg, st, params, put(idx, np.int32), put(toks_PT),
-                            put(start_P), dtype=dtype, sharder=sharder,
-                            columns=slots.columns if slots.paged else None)
+                            put(start_P), dtype=dtype, sharder=sharder)
         stats["prefill_calls"] += 1
         stats["prefill_tokens"] += sum(len(pieces[b][k]) for b in set(idx))
         stats["prefill_computed"] += len(idx) * T
-  tok = {b: rows[b].pending[-1] for b in todo}
-  for b in todo:
-    rows[b].pos += len(rows[b].pending) - 1
-    rows[b].pending = []
-    rows[b].segment = bytearray()
-  # Row lists padded to all B slots (repeating the first row with its own values), so that
-  # set_rows / set_windows compile once, not once per count of rows.
-  idx = todo + [todo[0]] * (len(rows) - len(todo))
-  st = S.set_rows(st, put(idx, np.int32), put([tok[b] for b in idx], np.int32),
-                  put([rows[b].pos for b in idx], np.int32), put(np.ones((len(idx),), bool)))
-  resumed = [b for b in todo if rows[b].resume_segment is not None]
-  if resumed:   # rows preempted mid-generation: restore their segment and stop window
-    st = _restore_windows(st, rows, resumed)
+  return st
+
+
+def _prefill_pieces(model_cfg, dparams, st, rows, fed, slots, *, dtype, sharder, stats):
+  """Paged layout: every row's tokens in pieces of `prefill_piece`, the pieces of all rows in
+  calls of `piece_parts` sizes (see the module docstring), each attending the table width the
+  decode calls attend (`slots.columns`). Padding pieces have a table of null pages."""
+  T = int(slots.cfg.prefill_piece)
+  cap = max(1, int(slots.cfg.prefill_tokens) // T)
+  pieces = [(b, i) for b in fed for i in range(0, len(fed[b]), T)]   # (row, offset)
+  st = slots.fit_cache(st, max(rows[b].pos + len(fed[b]) for b in fed))
+  C, table = slots.columns, slots.alloc.table
+  for first, n in piece_parts(len(pieces), cap):
+    part = pieces[first:first + n]
+    toks_PT = np.zeros((n, T), np.int32)
+    table_PC = np.zeros((n, C), np.int32)    # padding pieces: null pages only
+    start_P = np.zeros((n,), np.int32)
+    for j, (b, i) in enumerate(part):
+      toks_PT[j, :len(fed[b][i:i + T])] = fed[b][i:i + T]
+      table_PC[j] = table[b, :C]
+      start_P[j] = rows[b].pos + i
+    k, v = S.prefill_pages(model_cfg, st.cache["k"], st.cache["v"], dparams, put(table_PC),
+                           put(toks_PT), put(start_P), dtype=dtype, sharder=sharder)
+    st = st._replace(cache={**st.cache, "k": k, "v": v})
+    stats["prefill_calls"] += 1
+    stats["prefill_tokens"] += sum(len(fed[b][i:i + T]) for b, i in part)
+    stats["prefill_computed"] += n * T
   return st
 
 

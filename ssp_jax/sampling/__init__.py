@@ -6,5 +6,6 @@ from ssp_jax.sampling.loop import (EOS, LIMIT, RUNNING, STOPPED, DecodeOut, Deco
                                    prefill_rows, resize_cache, set_rows, set_table, set_windows,
                                    take_rows)
 from ssp_jax.sampling.methods import SamplingParams, sample_next
+from ssp_jax.sampling.paged_prefill import prefill_pages
 from ssp_jax.sampling.stops import (HostStopTables, StopTables, build_stop_tables, check_stop,
                                     first_stop_end)

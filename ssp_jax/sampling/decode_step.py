@@ -111,19 +111,20 @@ def _fuse_layer(cfg: ModelConfig, lp: dict) -> dict:
   return lp
 
 
-def _qkv(cfg, lp, x_B1D, cos, sin, sharder):
-  """D._qkv, or one GEMM over the fused weight of `_fuse_layer`."""
+def _qkv(cfg, lp, x_BTD, cos, sin, sharder):
+  """D._qkv, or one GEMM over the fused weight of `_fuse_layer` (T = 1 in the decode step; the
+  paged chunk prefill, sampling/paged_prefill.py, runs it on chunks of T tokens)."""
   if "w_qkv" not in lp:
-    return D._qkv(cfg, lp, x_B1D, cos, sin, sharder)
-  B = x_B1D.shape[0]
+    return D._qkv(cfg, lp, x_BTD, cos, sin, sharder)
+  B, T = x_BTD.shape[:2]
   N, K, H = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-  h_B1D = L_.rms_norm(x_B1D, lp["attn_norm"], cfg.rms_norm_eps)
-  qkv_B1E = jnp.einsum("BTD,DE->BTE", h_B1D, lp["w_qkv"].astype(h_B1D.dtype))
+  h_BTD = L_.rms_norm(x_BTD, lp["attn_norm"], cfg.rms_norm_eps)
+  qkv_BTE = jnp.einsum("BTD,DE->BTE", h_BTD, lp["w_qkv"].astype(h_BTD.dtype))
   if cfg.qkv_bias:
-    qkv_B1E = qkv_B1E + lp["b_qkv"].astype(qkv_B1E.dtype)
-  q = qkv_B1E[..., :N * H].reshape(B, 1, N, H)
-  k = qkv_B1E[..., N * H:(N + K) * H].reshape(B, 1, K, H)
-  v = qkv_B1E[..., (N + K) * H:].reshape(B, 1, K, H)
+    qkv_BTE = qkv_BTE + lp["b_qkv"].astype(qkv_BTE.dtype)
+  q = qkv_BTE[..., :N * H].reshape(B, T, N, H)
+  k = qkv_BTE[..., N * H:(N + K) * H].reshape(B, T, K, H)
+  v = qkv_BTE[..., (N + K) * H:].reshape(B, T, K, H)
   if cfg.qk_norm:
     q = L_.rms_norm(q, lp["q_norm"], cfg.rms_norm_eps)
     k = L_.rms_norm(k, lp["k_norm"], cfg.rms_norm_eps)

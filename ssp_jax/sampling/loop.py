@@ -13,7 +13,8 @@ A decode step feeds tok_B at pos_B (writing that slot), samples the next token f
 and advances rows that are still running. Rows that are done keep re-writing their own slot pos_B
 with the same token, which is harmless: every slot a query reads (<= its position) holds a real
 token. Appending a chunk (a new prompt, or an observation after a stop) feeds all of the chunk's
-tokens but the last with `prefill_rows`, then sets tok_B to its last token: the same step then
+tokens but the last with `prefill_rows` (the engine's paged prefill: `paged_prefill.prefill_pages`,
+on the pools alone), then sets tok_B to its last token: the same step then
 yields the logits of the next token. Padded chunk tokens land on slots past the row's position and
 are overwritten before anything reads them.
 
@@ -33,6 +34,7 @@ from models.config import ModelConfig
 from models.decoder import CACHE_LOGICAL
 from models.sharding import Sharder, constrain
 from ssp_jax.sampling import paged as PG
+from ssp_jax.sampling import paged_prefill as PP
 from ssp_jax.sampling.decode_step import decode_forward, decode_params
 
 make_decode_params = jax.jit(decode_params, static_argnums=(0, 2, 3))
@@ -157,9 +159,10 @@ def prefill_rows(cfg: ModelConfig, st: DecodeState, params, rows_R: jax.Array,
                  sharder: Optional[Sharder] = None, columns: Optional[int] = None) -> DecodeState:
   """Writes K/V of tokens_RT at slots start_R.. of cache rows rows_R (padding rows may repeat a
   row with identical inputs). Only these R rows are computed; the other rows are untouched.
-  Paged cache: the rows' pages (the first `columns` table columns; None: all) are gathered into
-  a dense view, prefilled, and scattered back; writes past a row's pages land on the null page.
-  The caller keeps start_R + T within `columns` pages (the decode may attend a wider table)."""
+  Paged cache: written and attended through the first `columns` table columns (None: all) of
+  the rows (sampling/paged_prefill.py, no dense view of the rows); writes past a row's pages
+  land on the null page. The engine calls `paged_prefill.prefill_pages` instead, whose program
+  does not depend on the decode batch."""
   if "table" in st.cache:
     return _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder, columns)
   sub = {k: jnp.stack([x[rows_R] for x in v]) for k, v in st.cache.items()}   # [L, R, K, S, H]
@@ -170,13 +173,11 @@ def prefill_rows(cfg: ModelConfig, st: DecodeState, params, rows_R: jax.Array,
 
 
 def _prefill_paged(cfg, st, params, rows_R, tokens_RT, start_R, dtype, sharder, columns):
-  table_RC = st.cache["table"][rows_R, :columns]
-  sub = {k: PG.gather_rows(st.cache[k], table_RC) for k in ("k", "v")}
-  _, sub = models.forward_with_cache(cfg, params, tokens_RT, start_R, sub, dtype=dtype,
-                                     sharder=sharder, return_hidden=True)
-  cache = {k: PG.scatter_rows(st.cache[k], table_RC, sub[k]) for k in ("k", "v")}
-  cache["table"] = st.cache["table"]
-  return _constrain_state(st._replace(cache=cache), sharder)
+  k, v = PP.pages_forward(cfg, params, st.cache["k"], st.cache["v"],
+                          st.cache["table"][rows_R, :columns], tokens_RT, start_R, dtype=dtype,
+                          sharder=sharder)
+  return _constrain_state(st._replace(cache={"k": k, "v": v, "table": st.cache["table"]}),
+                          sharder)
 
 
 def set_windows(st: DecodeState, rows_R: jax.Array, window_RM: jax.Array) -> DecodeState:

@@ -41,6 +41,15 @@ def slot_of(table_BC: jax.Array, pos_B: jax.Array, page_size: int) -> tuple[jax.
   return jnp.where(col_B < C, page_B, NULL_PAGE), pos_B % page_size
 
 
+def slots_of(table_RC: jax.Array, pos_RT: jax.Array, page_size: int) -> tuple[jax.Array, jax.Array]:
+  """(page, offset) [R, T] of positions pos_RT of each row (a chunk of T tokens a row);
+  positions past the table go to the null page."""
+  col_RT = pos_RT // page_size
+  C = table_RC.shape[1]
+  page_RT = jnp.take_along_axis(table_RC, jnp.minimum(col_RT, C - 1), axis=1)
+  return jnp.where(col_RT < C, page_RT, NULL_PAGE), pos_RT % page_size
+
+
 def write_token(pool_KPTH: jax.Array, page_B: jax.Array, off_B: jax.Array,
                 x_BKH: jax.Array) -> jax.Array:
   """Writes one token's K (or V) per row at (page_B, off_B), in place on a loop carry."""
@@ -83,26 +92,19 @@ def pallas_attention(q_BKGH: jax.Array, kp_KPTH: jax.Array, vp_KPTH: jax.Array,
   return out.reshape(B, K, G, H).astype(q_BKGH.dtype)
 
 
-def gather_rows(pool: list, table_RC: jax.Array) -> jax.Array:
-  """Dense view [L, R, K, C*T, H] of rows' pages (the dense cache layout, for the chunk
-  prefill)."""
-  R, C = table_RC.shape
-  out = []
-  for p_KPTH in pool:
-    K, _, T, H = p_KPTH.shape
-    out.append(jnp.swapaxes(p_KPTH[:, table_RC].reshape(K, R, C * T, H), 0, 1))
-  return jnp.stack(out)
+def write_tokens(pool_KPTH: jax.Array, page_RT: jax.Array, off_RT: jax.Array,
+                 x_RTKH: jax.Array) -> jax.Array:
+  """Writes a chunk's K (or V), T tokens a row, at (page_RT, off_RT) (the chunk prefill)."""
+  return pool_KPTH.at[:, page_RT, off_RT].set(
+      jnp.moveaxis(x_RTKH, 2, 0).astype(pool_KPTH.dtype))
 
 
-def scatter_rows(pool: list, table_RC: jax.Array, dense_LRKSH: jax.Array) -> list:
-  """Inverse of gather_rows: writes the dense rows back into their pages."""
+def gather_view(pool_KPTH: jax.Array, table_RC: jax.Array) -> jax.Array:
+  """One layer's dense view [R, K, C*T, H] of rows' first C pages (the chunk prefill's
+  attention reads it; the dense cache's row layout)."""
   R, C = table_RC.shape
-  new = []
-  for l, p_KPTH in enumerate(pool):
-    K, _, T, H = p_KPTH.shape
-    x = jnp.swapaxes(dense_LRKSH[l], 0, 1).reshape(K, R, C, T, H)
-    new.append(p_KPTH.at[:, table_RC].set(x.astype(p_KPTH.dtype)))
-  return new
+  K, _, T, H = pool_KPTH.shape
+  return jnp.swapaxes(pool_KPTH[:, table_RC].reshape(K, R, C * T, H), 0, 1)
 
 
 def grow_pages(pool: list, num_pages: int) -> list:
