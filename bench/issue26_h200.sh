@@ -13,6 +13,8 @@
 #   l   0.5B, 256 slots, multi-turn with 8,192-token responses, paged, cold (compiles counted)
 #   u   0.5B update on the length mix of one configs/ssp_small_h200.py step (64 proposer + 320
 #       solver trajectories, bench/length_mix_ssp_small.json): packed vs padded
+#   f   1.5B packed update on the paper's length mix (128 trajectories), the real-token MFU of
+#       a few remat / micro-batch / row-length / log-prob-chunk settings (target 60%)
 # Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
 # directory, default /tmp/issue26_prof: traces are many files, so not under OUT), T (seconds a
 # run may take, default 240).
@@ -55,11 +57,24 @@ for s in $STAGES; do
     l)
       T=${T:-420} run l_paged_8192 $B --presets qwen2.5-0.5b --kv-layout paged --no-single \
         --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 --no-warmup \
-        --repeats 1 ;;
+        --repeats 1
+      T=${T:-420} run l_paged_8192_cap1m $B --presets qwen2.5-0.5b --kv-layout paged --no-single \
+        --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 --no-warmup \
+        --repeats 1 --kv-max-tokens 1000000 ;;
     u)
       XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 run u_small $PY bench/train_step.py \
         --length-mix ssp_small --preset qwen2.5-0.5b --seq 4096 --remat none --attn-impl auto \
         --micro-batch 8 --traj 384 --steps 2 ;;
+    f)
+      F="$PY bench/train_step.py --length-mix paper --preset qwen2.5-1.5b --seq 8192 --traj 128 \
+        --steps 2 --attn-impl auto"
+      export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
+      T=${T:-150} run f_dots_m8 $F --remat dots --micro-batch 8
+      T=${T:-150} run f_none_m2 $F --remat none --micro-batch 2
+      T=${T:-150} run f_none_m4_p8192 $F --remat none --micro-batch 4 --pack-len 8192
+      T=${T:-150} run f_attn_m4 $F --remat save_attn_out --micro-batch 4
+      T=${T:-150} run f_dots_m8_lp2048 $F --remat dots --micro-batch 8 --logprob-chunk 2048
+      T=${T:-150} run f_dots_m4_p11008 $F --remat dots --micro-batch 4 --pack-len 11008 ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done
