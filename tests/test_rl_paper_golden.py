@@ -5,7 +5,8 @@ updates, seq-mean-token-mean) and of an SvS paper config (GRPO for both roles, o
 token-mean, no KL) each run one update of a tiny random model on a fixed, seeded batch: rewards
 -> advantages from the config's estimators -> batch -> the config's update schedule. The losses,
 metrics, advantages and a digest of the updated params must match `tests/data/
-rl_paper_golden.json` (recorded before the change) to rtol 1e-5.
+rl_paper_golden.json` (recorded before the change) to rtol 1e-5 (the digest's projections to an
+absolute lr / 100, which CPU builds' summation orders stay within).
 
 Only what a CPU needs is overridden: float32 compute, micro-batches of 2, and (SSP) mini-batches
 of 2 prompts, so the solver's rows take two optimizer steps as in the paper (1 + 2).
@@ -105,4 +106,9 @@ def test_paper_config_update_matches_golden(name):
   for g, w in zip(got["updates"], want["updates"]):
     for k in w:
       np.testing.assert_allclose(g[k], w[k], rtol=1e-5, atol=1e-7, err_msg=f"{name} {k}")
-  np.testing.assert_allclose(got["digest"], want["digest"], rtol=1e-5)
+  # The digest's size term to rtol 1e-5; its projections to lr / 100 (both configs: lr 1e-6).
+  # Adam's first steps are lr * g / (|g| + eps), so a gradient within a few eps of zero moves with
+  # the CPU's summation order (AVX2 and AVX-512 builds differ by ~2e-9 here), while one element's
+  # step changing by lr moves a projection by ~lr (1e-6).
+  np.testing.assert_allclose(got["digest"][0], want["digest"][0], rtol=1e-5)
+  np.testing.assert_allclose(got["digest"][1:], want["digest"][1:], rtol=0, atol=1e-8)
