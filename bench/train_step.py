@@ -23,6 +23,9 @@ agree: `loss_rel_diff`). The keys without a suffix are the packed layout's.
       --micro-batch 8 --traj 96 --steps 2
   python bench/train_step.py --length-mix paper --tiny --traj 12 --micro-batch 2 --steps 1
 
+`--logprob-positions loss` (the default, as rl's) runs the lm_head at the loss tokens only;
+MFU still counts it on every token (model FLOPs of the tokens, not FLOPs executed), so compare
+`real_tok_s` or step times against `--logprob-positions all`.
 MFU counts 6N FLOPs per token (N: every matmul parameter, lm_head included) plus causal
 attention 6 * L * T * N_heads * H, against --peak-tflops per device (989 dense bf16 H100/H200
 datasheet) and also against 797 (the bf16 matmul rate measured on the H200). `mfu_incl_ref`
@@ -73,6 +76,8 @@ def parse_args(argv=None):
   p.add_argument("--kl-coef", type=float, default=0.01, help="0 drops the reference forward")
   p.add_argument("--attn-impl", default="auto", help="xla | cudnn | auto (cudnn on GPU)")
   p.add_argument("--logprob-chunk", type=int, default=1024)
+  p.add_argument("--logprob-positions", default="loss", choices=("loss", "all"),
+                 help="rl.logprob_positions: the lm_head at the loss tokens only, or everywhere")
   p.add_argument("--data", type=int, default=-1, help="mesh data axis (-1: all devices)")
   p.add_argument("--tensor", type=int, default=1, help="mesh tensor axis")
   p.add_argument("--peak-tflops", type=float, default=989.0, help="per-device dense peak")
@@ -108,7 +113,8 @@ def flops_per_token(cfg: models.ModelConfig, T: int) -> tuple[float, float]:
 def build(a, cfg):
   rl = rl_config.get_rl_config()
   rl.update(kl_coef=a.kl_coef, remat=a.remat, compute_dtype=a.compute_dtype,
-            param_dtype=a.param_dtype, ref_dtype=a.compute_dtype, logprob_chunk=a.logprob_chunk)
+            param_dtype=a.param_dtype, ref_dtype=a.compute_dtype, logprob_chunk=a.logprob_chunk,
+            logprob_positions=a.logprob_positions)
   on_gpu = jax.devices()[0].platform == "gpu"
   rl.attn_impl = ("cudnn" if on_gpu else "xla") if a.attn_impl == "auto" else a.attn_impl
   sharder = models.Sharder(models.make_mesh((("data", a.data), ("tensor", a.tensor))))
@@ -117,16 +123,23 @@ def build(a, cfg):
   return rl, sharder, tx, state_sh
 
 
-def fake_batch(cfg, K, m, T, sharder, seed=0):
-  rng = np.random.default_rng(seed)
+def fake_mask(K, m, T):
   mask = np.ones((K, m, T), np.float32)
   mask[..., : T // 8] = 0  # a prompt
+  return mask
+
+
+def fake_batch(cfg, K, m, T, sharder, scored, seed=0):
+  rng = np.random.default_rng(seed)
+  mask = fake_mask(K, m, T)
   b = {"tokens": rng.integers(0, cfg.vocab_size, (K, m, T), dtype=np.int32),
        "loss_mask": mask, "old_logp": np.full((K, m, T), -8.0, np.float32),
        "advantages": rng.normal(size=(K, m)).astype(np.float32),
        "loss_weight": np.ones((K, m), np.float32),
        "role": (rng.random((K, m)) < 0.2).astype(np.int32), "prompt": np.zeros((K, m), np.int32)}
-  sh = learner_lib.batch_shardings(sharder)
+  if scored:
+    b["score_idx"] = step_lib.score_positions(mask)
+  sh = learner_lib.batch_shardings(sharder, False, scored)
   return {k: jax.device_put(v, sh[k]) for k, v in b.items()}
 
 
@@ -142,8 +155,18 @@ def compile_step(a, cfg, rl, sharder, tx, state_sh, K, m):
                                                           sharding=sh),
                        abstract["params"], state_sh["params"])
   t0 = time.perf_counter()
-  compiled = step.lower(st, ref, step_lib.abstract_inputs(sharder, False, K, m, a.seq)).compile()
+  scored = sc.score_loss_tokens
+  inputs = step_lib.abstract_inputs(sharder, False, K, m, a.seq, scored)
+  if scored:   # the fake batch's loss tokens
+    n = step_lib.score_positions(fake_mask(1, 1, a.seq)).shape[-1]
+    inputs["score_idx"] = jax.ShapeDtypeStruct((K, m, n), np.int32,
+                                               sharding=inputs["score_idx"].sharding)
+  compiled = step.lower(st, ref, inputs).compile()
   return step, compiled, time.perf_counter() - t0
+
+
+def compiled_scored(rl) -> bool:
+  return rl.logprob_positions == "loss"
 
 
 def peak_bytes(compiled) -> int:
@@ -185,9 +208,11 @@ def search_micro_batch(a, cfg, rl, sharder, tx, state_sh) -> tuple[int, dict]:
 # --------------------------------------------------------------------------------------------
 # --length-mix: the same trajectories padded and packed
 # --------------------------------------------------------------------------------------------
-def _put(batch, m, sharder):
-  sh = learner_lib.batch_shardings(sharder, batch.PACKED)
+def _put(batch, m, sharder, scored):
+  sh = learner_lib.batch_shardings(sharder, batch.PACKED, scored)
   micro = learner_lib.to_micro(batch.step_inputs(), m)
+  if scored:
+    micro["score_idx"] = step_lib.score_positions(micro["loss_mask"])
   return {k: jax.device_put(v, sh[k]) for k, v in micro.items()}
 
 
@@ -279,11 +304,13 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
          "real_tokens": int(real), "mean_len": real / len(trajs), "max_len": int(lengths.max()),
          "row_len": T, "pack_len": P, "micro_batch": m, "devices": n_dev,
          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
-         "remat": a.remat, "attn_impl": rl.attn_impl, "kl_coef": a.kl_coef, **info}
+         "remat": a.remat, "attn_impl": rl.attn_impl, "kl_coef": a.kl_coef,
+         "logprob_positions": a.logprob_positions, **info}
   for name, (b, packed, toks, flops, flops_policy, used_rows) in layouts.items():
     step = learner_lib.make_train_step(cfg, sc, tx, sharder, state_sh,
                                        with_ref=a.kl_coef != 0, packed=packed)
-    first, dt, loss = _time(step, state0, ref, _put(b, m, sharder), a.steps)
+    first, dt, loss = _time(step, state0, ref, _put(b, m, sharder, sc.score_loss_tokens),
+                            a.steps)
     rows = b.num_rows
     computed = -(-used_rows // m) * m * b.tokens.shape[1]   # positions of the micro-batches that run
     out.update({f"step_s_{name}": dt, f"compile_and_first_s_{name}": round(first, 2),
@@ -316,7 +343,7 @@ def main(argv=None) -> int:
   state = ts.create_train_state(cfg, tx, sharder, param_dtype=ts.dtype_of(a.param_dtype))
   ref = (ts.make_reference(state["params"], cfg, sharder, ts.dtype_of(a.compute_dtype))
          if a.kl_coef != 0 else None)
-  batch = fake_batch(cfg, K, m, a.seq, sharder)
+  batch = fake_batch(cfg, K, m, a.seq, sharder, compiled_scored(rl))
   state, metrics = compiled(state, ref, batch)   # warm-up
   jax.block_until_ready(state)
   times = []

@@ -140,7 +140,7 @@ def compile_train_step(mcfg, cfg, sharder, seq, length_mix=""):
     K, extra = packed_micro_batches(cfg, per_update, seq, m, length_mix, mcfg.vocab_size)
   else:
     K = max(per_update // m, 1)
-  batch = step_lib.abstract_inputs(sharder, packed, K, m, seq)
+  batch = step_lib.abstract_inputs(sharder, packed, K, m, seq, sc.score_loss_tokens)
   step = learner_lib.make_train_step(mcfg, sc, tx, sharder, shardings, with_ref=with_ref,
                                      packed=packed)
   compiled = step.lower(state, ref, batch).compile()

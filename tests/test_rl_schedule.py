@@ -38,8 +38,8 @@ class RecordingLearner(Learner):
   number of optimizer steps taken before it."""
   seen: list
 
-  def logprobs(self, batch):
-    out = super().logprobs(batch)
+  def logprobs(self, batch, loss_only=False):
+    out = super().logprobs(batch, loss_only)
     self.seen.append((int(self.state["step"]), out))
     return out
 

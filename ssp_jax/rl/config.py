@@ -91,6 +91,10 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
                                # result, about half the score matrix on long rows); 0: one block.
                                # "blocked": its block length (0: 128)
   c.logprob_chunk = 512        # tokens per lm_head chunk: logits never exist as [B, T, V]
+  c.logprob_positions = "loss" # "loss": the lm_head runs only at the loss tokens (their hidden
+                               # states gathered, a power-of-two count per row: same log-probs,
+                               # no [D, V] GEMM on prompts and observations); "all": at every
+                               # position, then masked
   # -- robustness -------------------------------------------------------------------------
   c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips
   c.seed = 0                   # train-state RNG seed
@@ -136,7 +140,7 @@ def _check_choices(c: ml_collections.ConfigDict) -> None:
   from ssp_jax.rl.registry import KL_PENALTIES, LOSS_AGGREGATIONS
   choices = {"remat": tuple(REMAT_POLICIES), "kl_type": KL_PENALTIES.names(),
              "loss_agg": LOSS_AGGREGATIONS.names(), "attn_impl": ATTN_IMPLS,
-             "update_schedule": UPDATE_SCHEDULES}
+             "update_schedule": UPDATE_SCHEDULES, "logprob_positions": ("loss", "all")}
   for name, known in choices.items():
     if c.get(name) not in known:
       raise RLConfigError(f"config.rl.{name}={c.get(name)!r} is unknown; known: "

@@ -19,7 +19,7 @@ from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl import pack as pack_lib
 from ssp_jax.rl import train_state as ts
 from ssp_jax.rl.step import (PACKED_INPUTS, StepConfig, batch_shardings, make_logprob_fn,
-                             make_train_step, to_micro)
+                             make_train_step, score_positions, to_micro)
 from ssp_jax.rl.step import (  # noqa: F401  (the step's names, as `ssp_jax.rl.learner.<name>`)
     accumulate_grads, chunked_logprobs, lm_head_weight, sequence_logprobs, train_step)
 
@@ -35,17 +35,19 @@ class CompiledSteps:
     self.state_shardings, self.with_ref = state_shardings, with_ref
     self._fns: dict[tuple[bool, bool], tuple[Any, Any]] = {}
 
-  def get(self, packed: bool, onpolicy: bool = False):
+  def get(self, packed: bool, onpolicy: bool = False, scored: Optional[bool] = None):
     """(compiled train step, compiled log-prob fn); `onpolicy`: the step takes its old
-    log-probs from its own forward (see `Learner.update`)."""
-    key = (packed, onpolicy)
+    log-probs from its own forward (see `Learner.update`); `scored`: the log-prob fn computes
+    only the positions of its `score_idx` (default: as the step does, rl.logprob_positions)."""
+    scored = self.sc.score_loss_tokens if scored is None else scored
+    key = (packed, onpolicy, scored)
     if key not in self._fns:
       sc = dataclasses.replace(self.sc, onpolicy_old_logp=onpolicy)
       self._fns[key] = (
           make_train_step(self.cfg, sc, self.tx, self.sharder, self.state_shardings,
                           with_ref=self.with_ref, packed=packed),
           make_logprob_fn(self.cfg, self.sc, self.sharder, self.state_shardings["params"],
-                          packed=packed))
+                          packed=packed, scored=scored))
     return self._fns[key]
 
 
@@ -84,26 +86,32 @@ class Learner:
                                with_ref=self.ref_params is not None)
     self.pack_stats: list[dict[str, float]] = []   # the last update's packing, per mini-batch
 
-  def put(self, mb: batch_lib.Rows) -> dict:
+  def put(self, mb: batch_lib.Rows, scored: Optional[bool] = None) -> dict:
     """[M, ...] numpy mini-batch -> {field: [K, m, ...] device array} with the batch shardings
-    (`mb.step_inputs()`: fields the step does not read, e.g. the host-only `length`, stay)."""
-    sh = batch_shardings(self.sharder, mb.PACKED)
+    (`mb.step_inputs()`: fields the step does not read, e.g. the host-only `length`, stay),
+    and the loss tokens' positions (`score_idx`) when `scored` (default: rl.logprob_positions
+    is "loss")."""
+    scored = self.sc.score_loss_tokens if scored is None else scored
+    sh = batch_shardings(self.sharder, mb.PACKED, scored)
     # Every process holds the whole batch and hands each of its devices its own slice (works
     # on one host and on several).
     micro = to_micro(mb.step_inputs(), self.sc.micro_batch_size)
+    if scored:
+      micro["score_idx"] = score_positions(micro["loss_mask"])
     return {k: jax.make_array_from_callback(v.shape, sh[k], lambda idx, v=v: v[idx])
             for k, v in micro.items()}
 
-  def logprobs(self, batch: batch_lib.Rows) -> np.ndarray:
+  def logprobs(self, batch: batch_lib.Rows, loss_only: bool = False) -> np.ndarray:
     """Aligned log-probs [N, T] of `batch.tokens` under the current policy (a padded `Batch`
-    or a `PackedBatch`)."""
+    or a `PackedBatch`); with `loss_only` only at the loss tokens (0 elsewhere)."""
     n = batch.num_rows
     m = self.sc.micro_batch_size
     packed = batch.PACKED
     padded = batch.pad_rows(int(math.ceil(max(n, 1) / m)) * m)
-    dev = self.put(padded)
-    inputs = {k: dev[k] for k in ("tokens",) + (PACKED_INPUTS if packed else ())}
-    out = np.asarray(jax.device_get(self.steps.get(packed)[1](self.state["params"], inputs)))
+    dev = self.put(padded, scored=loss_only)
+    keys = ("tokens",) + (PACKED_INPUTS if packed else ()) + (("score_idx",) if loss_only else ())
+    fn = self.steps.get(packed, scored=loss_only)[1]
+    out = np.asarray(jax.device_get(fn(self.state["params"], {k: dev[k] for k in keys})))
     return out.reshape(-1, out.shape[-1])[:n]
 
   def pack_len(self, batch: batch_lib.Batch) -> int:
@@ -161,7 +169,8 @@ class Learner:
     onpolicy = bool(self.rl.recompute_old_logp and len(mbs) == 1
                     and self.rl.get("fuse_old_logp", True))
     if self.rl.recompute_old_logp and not onpolicy:  # all with the policy before the first step
-      mbs = [mb.replace(old_logp=np.where(mb.loss_mask > 0, self.logprobs(mb), 0.0))
+      loss_only = self.sc.score_loss_tokens
+      mbs = [mb.replace(old_logp=np.where(mb.loss_mask > 0, self.logprobs(mb, loss_only), 0.0))
              for mb in mbs]
     lr_fn = ts.lr_schedule(self.rl.lr, self.rl.warmup_steps)
     count0 = ts.schedule_count(self.state)

@@ -59,6 +59,7 @@ class StepConfig:
   max_segments: int = 64       # packed rows: most segments per row (cuDNN packed attention)
   attn_chunk: int = 0          # XLA attention by query chunks (models.layers.causal_chunked_attention)
   onpolicy_old_logp: bool = False  # old log-probs = the step's own log-probs (stop-gradient)
+  score_loss_tokens: bool = True   # the output projection only at the loss tokens (`score_idx`)
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "StepConfig":
@@ -70,7 +71,8 @@ class StepConfig:
                compute_dtype=rl.compute_dtype, attn_impl=resolve_attn_impl(rl.attn_impl),
                logprob_chunk=rl.logprob_chunk,
                max_segments=int(rl.get("pack_max_segments", 64)),
-               attn_chunk=int(rl.get("attn_chunk", 0)))
+               attn_chunk=int(rl.get("attn_chunk", 0)),
+               score_loss_tokens=rl.get("logprob_positions", "loss") == "loss")
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,9 +121,15 @@ def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array
                       sc: StepConfig, sharder: Optional[Sharder] = None,
                       remat: Optional[str] = None, *,
                       segment_ids_BT: Optional[jax.Array] = None,
-                      positions_BT: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
+                      positions_BT: Optional[jax.Array] = None,
+                      score_idx_BN: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
   """(logp_BT, entropy_BT) aligned to the scored token: logp[b, t] = log p(tokens[b, t] |
   tokens[b, :t]); position 0 (never a loss token) holds 0.
+
+  With `score_idx_BN` (`score_positions`: each row's positions to score, -1 padded) only those
+  positions go through the output projection and the result is (logp_BN, entropy_BN) aligned to
+  `score_idx_BN` (padding entries hold finite values of no meaning): the same values as the
+  [B, T] result at those positions, without the [D, V] GEMM on the context tokens.
 
   Packed rows (segment ids and positions given): attention stays inside each segment, so a
   segment's values are those of its own padded row; a segment's first token is scored from
@@ -134,6 +142,12 @@ def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array
                                segment_ids_BT=segment_ids_BT, positions_BT=positions_BT,
                                max_segments=sc.max_segments if segment_ids_BT is not None else 0,
                                attn_chunk=sc.attn_chunk)
+  if score_idx_BN is not None:   # token t is scored from the hidden state at t - 1
+    t_BN = jnp.maximum(score_idx_BN, 1)
+    h_BND = jnp.take_along_axis(h_BTD, (t_BN - 1)[..., None], axis=1)
+    return chunked_logprobs(lm_head_weight(cfg, params), h_BND,
+                            jnp.take_along_axis(tokens_BT, t_BN, axis=1),
+                            temperature=sc.temperature, chunk=sc.logprob_chunk, sharder=sharder)
   targets_BT = jnp.concatenate([tokens_BT[:, 1:], jnp.zeros_like(tokens_BT[:, :1])], axis=1)
   logp_BT, ent_BT = chunked_logprobs(lm_head_weight(cfg, params), h_BTD, targets_BT,
                                      temperature=sc.temperature, chunk=sc.logprob_chunk,
@@ -141,6 +155,23 @@ def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array
   pad = jnp.zeros_like(logp_BT[:, :1])
   return (jnp.concatenate([pad, logp_BT[:, :-1]], axis=1),
           jnp.concatenate([pad, ent_BT[:, :-1]], axis=1))
+
+
+def score_positions(loss_mask_KMT: np.ndarray, minimum: int = 64) -> np.ndarray:
+  """Host side: [K, M, N] int32, each row's loss-token positions in ascending order, -1 padded.
+  N is the most any row has, rounded up to a power of two (at least `minimum`, at most T), so a
+  run compiles its step for a few N only."""
+  keep = np.asarray(loss_mask_KMT) > 0
+  T = keep.shape[-1]
+  most = int(keep.sum(-1).max()) if keep.size else 0
+  n = min(T, max(minimum, 1 << max(most - 1, 0).bit_length()))
+  order = np.argsort(~keep, axis=-1, kind="stable")[..., :n]   # loss positions first, in order
+  return np.where(np.take_along_axis(keep, order, -1), order, -1).astype(np.int32)
+
+
+def gather_scored(x_BT: jax.Array, score_idx_BN: jax.Array) -> jax.Array:
+  """x at the scored positions, [B, N] (padding entries read position 0, never a loss token)."""
+  return jnp.take_along_axis(x_BT, jnp.maximum(score_idx_BN, 0), axis=1)
 
 
 def _cast(tree, dtype):
@@ -160,10 +191,25 @@ def is_packed(mb: dict) -> bool:
 
 
 def _model_inputs(x: dict) -> dict:
-  """Keyword arguments of `sequence_logprobs` for a (micro-)batch: segments when packed."""
-  if not is_packed(x):
-    return {}
-  return {"segment_ids_BT": x["segment_ids"], "positions_BT": x["positions"]}
+  """Keyword arguments of `sequence_logprobs` for a (micro-)batch: segments when packed, the
+  scored positions when the step scores the loss tokens only."""
+  out = {"score_idx_BN": x["score_idx"]} if "score_idx" in x else {}
+  if is_packed(x):
+    out.update(segment_ids_BT=x["segment_ids"], positions_BT=x["positions"])
+  return out
+
+
+def _scored(mb: dict) -> dict:
+  """The loss's per-token inputs at the scored positions ([B, N]) when the micro-batch has
+  `score_idx` (the loss mask 0 on padding entries); as they are otherwise."""
+  if "score_idx" not in mb:
+    return mb
+  idx = mb["score_idx"]
+  out = dict(mb, loss_mask=jnp.where(idx >= 0, gather_scored(mb["loss_mask"], idx), 0))
+  for k in ("old_logp", "loss_w", "metric_w", "advantages"):
+    if mb[k].ndim == 2:   # per token ([B, T]); a padded batch's advantages are per row ([B])
+      out[k] = gather_scored(mb[k], idx)
+  return out
 
 
 def loss_weights(mb: dict, sc: StepConfig) -> tuple[jax.Array, jax.Array]:
@@ -181,6 +227,7 @@ def micro_loss(params, ref_logp, mb, cfg, sc: StepConfig, sharder):
   """Loss of one micro-batch with mini-batch-global weights; (loss, metrics)."""
   cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
   logp, ent = sequence_logprobs(cfg, cparams, mb["tokens"], sc, sharder, **_model_inputs(mb))
+  mb = _scored(mb)   # [B, N] when only the loss tokens were scored
   if sc.entropy_coef == 0.0:
     ent = jax.lax.stop_gradient(ent)
   old = mb["old_logp"]
@@ -212,6 +259,7 @@ def accumulate_grads(params, ref_params, mb, cfg, sc: StepConfig, sharder, p_sha
   and is skipped by a `lax.cond`, so rounding the micro-batch count up costs ~nothing."""
   loss_w, metric_w = loss_weights(mb, sc)
   extra = PACKED_INPUTS if is_packed(mb) else ()
+  extra += ("score_idx",) if "score_idx" in mb else ()
   micro = {**{k: mb[k] for k in MICRO_KEYS[:4] + extra}, "loss_w": loss_w, "metric_w": metric_w}
   grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
   pin = ((lambda g: g) if p_shardings is None else
@@ -284,21 +332,32 @@ def layout(packed: bool) -> type[batch_lib.Rows]:
   return pack_lib.PackedBatch if packed else batch_lib.Batch
 
 
-def batch_shardings(sharder: Sharder, packed: bool = False) -> dict:
-  """The step's inputs (`Rows.step_fields` of the layout), micro-batched to [K, m, ...]: rows
-  (m) over the batch mesh axes, the rest replicated. Padded: tokens, loss_mask, old_logp
-  [K, m, T] and advantages, loss_weight, role, prompt [K, m]; packed: every field [K, m, T]."""
+def step_fields(packed: bool, scored: bool) -> dict[str, tuple[np.dtype, tuple[str, ...]]]:
+  """{field: (dtype, axes)} of the step's inputs: the layout's `Rows.step_fields`, and
+  `score_idx` [N, S] (`score_positions`) when the step scores the loss tokens only."""
+  fields = dict(layout(packed).step_fields())
+  if scored:
+    fields["score_idx"] = (np.dtype(np.int32), ("N", "S"))
+  return fields
+
+
+def batch_shardings(sharder: Sharder, packed: bool = False, scored: bool = False) -> dict:
+  """The step's inputs (`step_fields`), micro-batched to [K, m, ...]: rows (m) over the batch
+  mesh axes, the rest replicated. Padded: tokens, loss_mask, old_logp [K, m, T] and advantages,
+  loss_weight, role, prompt [K, m]; packed: every field [K, m, T]; score_idx [K, m, S]."""
   row = sharder.spec(("act_batch",))[0]
   return {k: NamedSharding(sharder.mesh, P(None, row, *[None] * (len(dims) - 1)))
-          for k, (_, dims) in layout(packed).step_fields().items()}
+          for k, (_, dims) in step_fields(packed, scored).items()}
 
 
-def abstract_inputs(sharder: Sharder, packed: bool, K: int, m: int, T: int) -> dict:
-  """ShapeDtypeStructs of the step's inputs (K micro-batches of m rows of T tokens), for
+def abstract_inputs(sharder: Sharder, packed: bool, K: int, m: int, T: int,
+                    scored: bool = False) -> dict:
+  """ShapeDtypeStructs of the step's inputs (K micro-batches of m rows of T tokens; with
+  `scored`, every position of a row scored: the most `score_positions` gives), for
   `jit(...).lower` without data."""
-  sh = batch_shardings(sharder, packed)
+  sh = batch_shardings(sharder, packed, scored)
   return {k: jax.ShapeDtypeStruct((K, m) + (T,) * (len(dims) - 1), dtype, sharding=sh[k])
-          for k, (dtype, dims) in layout(packed).step_fields().items()}
+          for k, (dtype, dims) in step_fields(packed, scored).items()}
 
 
 def make_train_step(cfg: models.ModelConfig, sc: StepConfig, tx: optax.GradientTransformation,
@@ -309,22 +368,32 @@ def make_train_step(cfg: models.ModelConfig, sc: StepConfig, tx: optax.GradientT
   rep = NamedSharding(sharder.mesh, P())
   return jax.jit(fn, donate_argnums=(0,),
                  in_shardings=(state_sh, p_sh if with_ref else None,
-                               batch_shardings(sharder, packed)),
+                               batch_shardings(sharder, packed, sc.score_loss_tokens)),
                  out_shardings=(state_sh, rep))
 
 
 def make_logprob_fn(cfg: models.ModelConfig, sc: StepConfig, sharder: Sharder, p_sh: Any,
-                    packed: bool = False):
-  """jit: (params, {"tokens" [K, m, T] (+ "segment_ids", "positions" when packed)}) ->
-  aligned log-probs [K, m, T], one micro-batch at a time.
+                    packed: bool = False, scored: bool = False):
+  """jit: (params, {"tokens" [K, m, T] (+ "segment_ids", "positions" when packed, "score_idx"
+  when `scored`)}) -> aligned log-probs [K, m, T], one micro-batch at a time; with `scored`
+  only the positions in score_idx are computed (0 elsewhere).
 
   The result is replicated, so every process of a multi-host run can read all of it."""
-  keys = ("tokens",) + (PACKED_INPUTS if packed else ())
+  keys = ("tokens",) + (PACKED_INPUTS if packed else ()) + (("score_idx",) if scored else ())
+
+  def one(cparams, x):
+    logp = sequence_logprobs(cfg, cparams, x["tokens"], sc, sharder, "none",
+                             **_model_inputs(x))[0]
+    if not scored:
+      return logp
+    idx = x["score_idx"]   # back to [m, T]: padding entries add 0 at position 0
+    put = jax.vmap(lambda row, i, v: row.at[i].add(v))
+    return put(jnp.zeros(x["tokens"].shape, logp.dtype), jnp.maximum(idx, 0),
+               jnp.where(idx >= 0, logp, 0.0))
 
   def fn(params, inputs):
     cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
-    return jax.lax.map(lambda x: sequence_logprobs(cfg, cparams, x["tokens"], sc, sharder,
-                                                   "none", **_model_inputs(x))[0], inputs)
-  sh = batch_shardings(sharder, packed)
+    return jax.lax.map(lambda x: one(cparams, x), inputs)
+  sh = batch_shardings(sharder, packed, scored)
   return jax.jit(fn, in_shardings=(p_sh, {k: sh[k] for k in keys}),
                  out_shardings=NamedSharding(sharder.mesh, P()))
