@@ -15,6 +15,8 @@
 #       solver trajectories, bench/length_mix_ssp_small.json): packed vs padded
 #   f   1.5B packed update on the paper's length mix (128 trajectories), the real-token MFU of
 #       a few remat / micro-batch / row-length / log-prob-chunk settings (target 60%)
+#   p   the packed updates of u (rows of 4,096) and f (dots, micro-batch 8) with the output
+#       projection at the loss tokens only against every position (rl.logprob_positions)
 # Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
 # directory, default /tmp/issue26_prof: traces are many files, so not under OUT), T (seconds a
 # run may take, default 240).
@@ -75,6 +77,18 @@ for s in $STAGES; do
       T=${T:-150} run f_attn_m4 $F --remat save_attn_out --micro-batch 4
       T=${T:-150} run f_dots_m8_lp2048 $F --remat dots --micro-batch 8 --logprob-chunk 2048
       T=${T:-150} run f_dots_m4_p11008 $F --remat dots --micro-batch 4 --pack-len 11008 ;;
+    p)
+      export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
+      for pos in loss all; do
+        T=${T:-100} run p_small_$pos $PY bench/train_step.py --length-mix ssp_small \
+          --preset qwen2.5-0.5b --seq 4096 --remat none --attn-impl auto --micro-batch 8 \
+          --traj 384 --steps 2 --pack-len 4096 --layouts packed --logprob-positions $pos
+      done
+      for pos in loss all; do
+        T=${T:-150} run p_1p5b_$pos $PY bench/train_step.py --length-mix paper \
+          --preset qwen2.5-1.5b --seq 8192 --traj 128 --steps 2 --attn-impl auto --remat dots \
+          --micro-batch 8 --layouts packed --logprob-positions $pos
+      done ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done

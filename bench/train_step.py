@@ -88,6 +88,8 @@ def parse_args(argv=None):
   p.add_argument("--traj", type=int, default=96, help="trajectories per update (--length-mix)")
   p.add_argument("--length-scale", type=float, default=0.0,
                  help="multiplies the mix's lengths (default 1, 1/16 with --tiny)")
+  p.add_argument("--layouts", default="padded,packed,uniform",
+                 help="--length-mix: the layouts to time (comma-separated)")
   p.add_argument("--pack-max-segments", type=int, default=64)
   p.add_argument("--pack-len", type=int, default=0,
                  help="tokens per packed row (rl.pack_len; 0: the padded rows' length)")
@@ -306,6 +308,7 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
          "remat": a.remat, "attn_impl": rl.attn_impl, "kl_coef": a.kl_coef,
          "logprob_positions": a.logprob_positions, **info}
+  layouts = {k: v for k, v in layouts.items() if k in a.layouts.split(",")}
   for name, (b, packed, toks, flops, flops_policy, used_rows) in layouts.items():
     step = learner_lib.make_train_step(cfg, sc, tx, sharder, state_sh,
                                        with_ref=a.kl_coef != 0, packed=packed)
@@ -318,12 +321,15 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
                 f"fill_rate_{name}": toks / computed, f"real_tok_s_{name}": toks / dt,
                 f"mfu_real_{name}": flops / dt / peak,
                 f"mfu_real_policy_{name}": flops_policy / dt / peak, f"loss_{name}": loss})
-  for k in ("fill_rate", "real_tok_s", "mfu_real"):
-    out[k] = out[f"{k}_packed"]
-  out["speedup_packed_vs_padded"] = out["step_s_padded"] / out["step_s_packed"]
-  out["mfu_real_packed_over_uniform"] = out["mfu_real_packed"] / out["mfu_real_uniform"]
-  out["loss_rel_diff"] = abs(out["loss_packed"] - out["loss_padded"]) / max(
-      abs(out["loss_padded"]), 1e-12)
+  if "packed" in layouts:
+    for k in ("fill_rate", "real_tok_s", "mfu_real"):
+      out[k] = out[f"{k}_packed"]
+  if {"packed", "padded"} <= set(layouts):
+    out["speedup_packed_vs_padded"] = out["step_s_padded"] / out["step_s_packed"]
+    out["loss_rel_diff"] = abs(out["loss_packed"] - out["loss_padded"]) / max(
+        abs(out["loss_padded"]), 1e-12)
+  if {"packed", "uniform"} <= set(layouts):
+    out["mfu_real_packed_over_uniform"] = out["mfu_real_packed"] / out["mfu_real_uniform"]
   return out
 
 
