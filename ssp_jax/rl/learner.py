@@ -33,7 +33,7 @@ class CompiledSteps:
                sharder: Sharder, state_shardings: Any, with_ref: bool):
     self.cfg, self.sc, self.tx, self.sharder = cfg, sc, tx, sharder
     self.state_shardings, self.with_ref = state_shardings, with_ref
-    self._fns: dict[tuple[bool, bool], tuple[Any, Any]] = {}
+    self._fns: dict[tuple[bool, bool, bool], tuple[Any, Any]] = {}
 
   def get(self, packed: bool, onpolicy: bool = False, scored: Optional[bool] = None):
     """(compiled train step, compiled log-prob fn); `onpolicy`: the step takes its old
