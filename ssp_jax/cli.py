@@ -55,9 +55,10 @@ def main(argv=None) -> int:
   mod = importlib.import_module(args._module)
   try:
     return int(mod.run(args) or 0)
-  except (FileNotFoundError, NotADirectoryError, ValueError) as e:
-    # Bad input (a missing path, a malformed file or config): one line naming the problem and
-    # exit 2. SSP_JAX_DEBUG=1 shows the traceback instead.
+  except (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError,
+          PermissionError, ValueError) as e:
+    # Bad input (a missing, misplaced or unwritable path, a malformed file or config): one line
+    # naming the problem and exit 2. SSP_JAX_DEBUG=1 shows the traceback instead.
     if os.environ.get("SSP_JAX_DEBUG"):
       raise
     print(f"ssp-jax {args.verb}: {type(e).__name__}: {e}", file=sys.stderr)

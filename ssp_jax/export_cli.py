@@ -91,7 +91,9 @@ def _tokenizer_source(given, ckpt_dir: str):
 
 def run(args: argparse.Namespace) -> int:
   from ssp_jax.checkpointing import export_checkpoint_to_hf
+  from ssp_jax.paths import check_out_dir
   try:
+    check_out_dir(args.out, "the Hugging Face files")
     ckpt_dir, step = resolve_run(args.checkpoint, args.step)
     step = export_checkpoint_to_hf(ckpt_dir, args.out, step=step,
                                    dtype=None if args.dtype == "saved" else args.dtype,

@@ -19,6 +19,8 @@ import math
 import os
 from typing import Sequence
 
+from ssp_jax.paths import check_out_dir
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
   p.add_argument("workdir", help="training workdir (holding metrics.jsonl) or a metrics.jsonl")
@@ -115,22 +117,8 @@ def plot(rows: Sequence[dict], keys: Sequence[str], out_dir: str, title: str = "
   return paths
 
 
-def check_out(out: str) -> None:
-  """`--out` must be a directory or a path that can become one: a file there, or a file on the
-  way to it, is one ValueError naming it, before any metrics are read (nothing is created
-  here, so a run that fails later leaves no empty directory)."""
-  if os.path.exists(out) and not os.path.isdir(out):
-    raise ValueError(f"--out {out!r} is a file; give a directory for the PNG files")
-  parent = os.path.dirname(os.path.abspath(out))
-  while not os.path.exists(parent):
-    parent = os.path.dirname(parent)
-  if not os.path.isdir(parent):
-    raise ValueError(f"--out {out!r} cannot be created: {parent!r} is a file; give a directory "
-                     "for the PNG files")
-
-
 def run(args) -> int:
-  check_out(args.out)
+  check_out_dir(args.out, "the PNG files")
   rows = read_metrics(args.workdir)
   keys = ([k.strip() for k in args.keys.split(",") if k.strip()]
           or default_keys(rows, game_of_run(args.workdir)))
