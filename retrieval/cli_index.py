@@ -67,6 +67,12 @@ def run(args: argparse.Namespace) -> int:
     print("usage: ssp-jax index build --corpus FILE --encoder {dense,bm25} --out DIR",
           file=sys.stderr)
     return 2
+  path = os.path.abspath(args.out)
+  while not os.path.isdir(path):   # --out, or the first of its parents that exists, is a directory
+    if os.path.exists(path):
+      raise NotADirectoryError(f"--out {args.out!r}: {path!r} is a file; give a directory for "
+                               "the index")
+    path = os.path.dirname(path)
   from retrieval.corpus import default_corpus_path
   from retrieval import index
   corpus = args.corpus or default_corpus_path()

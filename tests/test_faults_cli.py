@@ -167,16 +167,18 @@ def test_answer_lines_with_bad_hops_or_bytes_are_skipped_and_counted(tmp_path):
   assert stats.first_bad.startswith(f"{path}:2:") and "outside 1..10" in stats.first_bad
 
 
-@pytest.mark.parametrize("verb", ["export", "plot"])
+@pytest.mark.parametrize("verb", ["export", "plot", "index"])
 @pytest.mark.parametrize("where", ["file", "under_file"])
 def test_out_onto_a_file_is_one_line_before_any_work(tmp_path, capsys, verb, where):
   """`--out` onto a file, or under one: one line naming it, exit 2, the file untouched, before
-  the checkpoint or metrics are read (the workdir here does not even exist)."""
+  the checkpoint, metrics or corpus are read (none of them exists here)."""
   f = tmp_path / "afile"
   f.write_text("keep")
   out = str(f) if where == "file" else str(f / "sub")
-  args = ([verb, "--checkpoint", str(tmp_path / "no_run"), "--out", out] if verb == "export"
-          else [verb, str(tmp_path / "no_run"), "--out", out])
+  args = {"export": [verb, "--checkpoint", str(tmp_path / "no_run"), "--out", out],
+          "plot": [verb, str(tmp_path / "no_run"), "--out", out],
+          "index": [verb, "build", "--corpus", str(tmp_path / "no.jsonl"), "--encoder", "bm25",
+                    "--out", out]}[verb]
   assert cli.main(args) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "--out" in err[0] and str(f) in err[0] and "directory" in err[0]
