@@ -125,3 +125,10 @@ def test_merge_keeps_legacy_results_and_marks_them():
   assert entries["hotpotqa"] == {"n": 5, "em": 0.1, "run": "earlier"}
   assert entries["nq"] == {"n": 3, "em": 0.5, "run": "r2"}
   assert meta["runs"] == {"earlier": {"policy": "old"}, "r2": {"kind": "qa", "policy": "new"}}
+
+
+def test_runs_in_one_process_within_one_second_get_their_own_ids():
+  # two evaluations into one --out from one process (a script, the tests) can start within
+  # the same second; with one id they were merged as one run and results.md lost its run column
+  ids = [outputs.new_run_id() for _ in range(3)]
+  assert len(set(ids)) == 3

@@ -16,6 +16,7 @@ kind) before the evaluation starts, so an unusable `--out` costs seconds, not th
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -75,9 +76,14 @@ def prepare(out_dir: str, kind: str) -> dict[str, Any]:
   return previous
 
 
+_RUNS_IN_PROCESS = itertools.count(1)
+
+
 def new_run_id() -> str:
-  """A readable id for this run: its start time (UTC, to the second) and process id."""
-  return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+  """A readable id for this run: its start time (UTC, to the second), process id and its number
+  among this process's runs (two evaluations in one process within one second stay apart)."""
+  return (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+          + f"-{os.getpid()}-{next(_RUNS_IN_PROCESS)}")
 
 
 def _dataset_of(key: str, entry: Any) -> str:
