@@ -167,10 +167,6 @@ def compile_step(a, cfg, rl, sharder, tx, state_sh, K, m):
   return step, compiled, time.perf_counter() - t0
 
 
-def compiled_scored(rl) -> bool:
-  return rl.logprob_positions == "loss"
-
-
 def peak_bytes(compiled) -> int:
   ma = compiled.memory_analysis()
   if ma is None:
@@ -349,7 +345,7 @@ def main(argv=None) -> int:
   state = ts.create_train_state(cfg, tx, sharder, param_dtype=ts.dtype_of(a.param_dtype))
   ref = (ts.make_reference(state["params"], cfg, sharder, ts.dtype_of(a.compute_dtype))
          if a.kl_coef != 0 else None)
-  batch = fake_batch(cfg, K, m, a.seq, sharder, compiled_scored(rl))
+  batch = fake_batch(cfg, K, m, a.seq, sharder, rl.logprob_positions == "loss")
   state, metrics = compiled(state, ref, batch)   # warm-up
   jax.block_until_ready(state)
   times = []
