@@ -128,7 +128,8 @@ class RolloutEngine:
         stops=tuple(c.stop if stop is None else stop), tools=self.tools if on else {},
         sampling=S.SamplingParams(
             float(c.temperature if temperature is None else temperature),
-            float(c.top_p if top_p is None else top_p), int(c.top_k if top_k is None else top_k)),
+            float(c.top_p if top_p is None else top_p), int(c.top_k if top_k is None else top_k),
+            str(c.get("sampler", "inverse_cdf"))),
         stats=collections.Counter())
     budgets = self._budgets(max_new_tokens, len(prompts))
     queue = collections.deque()

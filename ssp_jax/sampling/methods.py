@@ -14,14 +14,23 @@ import jax
 import jax.numpy as jnp
 
 
+METHODS = ("inverse_cdf", "gumbel")
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
   """Static (hashable) sampling settings; a new combination compiles a new decode loop."""
   temperature: float = 1.0   # 0 = greedy
   top_p: float = 1.0         # nucleus mass kept; 1 = off
   top_k: int = 0             # keep the k most likely tokens; 0 = off
+  method: str = "inverse_cdf"   # how a sampled token is drawn (greedy: the argmax either way):
+                                # inverse_cdf (one uniform number a row) | gumbel
+                                # (jax.random.categorical; the random stream of runs before
+                                # 2026-12-04). Same distribution, other tokens for one key.
 
   def __post_init__(self):
+    if self.method not in METHODS:
+      raise ValueError(f"rollout.sampler={self.method!r} unknown; use one of {METHODS}")
     if self.temperature < 0:
       raise ValueError(f"temperature must be >= 0, got {self.temperature}")
     if not 0 < self.top_p <= 1:
@@ -48,21 +57,92 @@ def _truncation_threshold(scaled_BV: jax.Array, p: SamplingParams) -> jax.Array:
   return sorted_BK[:, -1:]
 
 
+BLOCK = 128   # vocabulary entries a block (151,936 = 1,187 x 128; 128,256 and 32,000 divide too)
+
+
+def _blocks(x_BV: jax.Array) -> jax.Array:
+  """[B, V] -> [B, V / BLOCK, BLOCK] (a free reshape; an odd V is padded with -inf)."""
+  B, V = x_BV.shape
+  if V % BLOCK:
+    x_BV = jnp.pad(x_BV, ((0, 0), (0, -V % BLOCK)), constant_values=-jnp.inf)
+  return x_BV.reshape(B, -1, BLOCK)
+
+
+def _last_positive(w_BN: jax.Array) -> jax.Array:
+  """[B] index of the last entry > 0 of each row (0 if none)."""
+  idx_N = jnp.arange(w_BN.shape[-1], dtype=jnp.int32)
+  return jnp.max(jnp.where(w_BN > 0, idx_N, 0), axis=-1)
+
+
+def _inverse_cdf(zb_BNK: jax.Array, m_B: jax.Array, u_B: jax.Array) -> tuple[jax.Array,
+                                                                            jax.Array]:
+  """(token_B, sum of exp(z - m)_B): the token drawn from softmax(z) by the inverse CDF at
+  u_B in [0, 1), over blocks (zb [B, N, K], K = BLOCK): the block whose cumulative mass
+  passes u * total, then the entry inside it. Reads z twice (its max before, exp here), where
+  the Gumbel-max draw (jax.random.categorical) made a random number per vocabulary entry: on
+  an H200 0.49 ms of the 0.5B decode step at 256 rows (bench/RESULTS.md, issue 26). An entry of
+  zero mass (masked) is never drawn, whatever the rounding of the sums."""
+  e_BN = jnp.sum(jnp.exp(zb_BNK - m_B[:, None, None]), axis=-1)        # block masses
+  cum_BN = jnp.cumsum(e_BN, axis=-1)
+  total_B = cum_BN[:, -1]
+  t_B = u_B * total_B
+  j_B = jnp.minimum(jnp.sum((cum_BN <= t_B[:, None]).astype(jnp.int32), axis=-1),
+                    _last_positive(e_BN))
+  before_B = jnp.take_along_axis(cum_BN - e_BN, j_B[:, None], axis=1)[:, 0]
+  p_BK = jnp.exp(jnp.take_along_axis(zb_BNK, j_B[:, None, None], axis=1)[:, 0] - m_B[:, None])
+  c_BK = jnp.cumsum(p_BK, axis=-1)
+  i_B = jnp.minimum(jnp.sum((c_BK <= (t_B - before_B)[:, None]).astype(jnp.int32), axis=-1),
+                    _last_positive(p_BK))
+  return j_B * zb_BNK.shape[-1] + i_B, total_B
+
+
+def _argmax_and_max(xb_BNK: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(argmax_B, max_B) over [B, N, K] blocks, first index on ties (as jnp.argmax)."""
+  m_BN = jnp.max(xb_BNK, axis=-1)
+  a_BN = jnp.argmax(xb_BNK, axis=-1).astype(jnp.int32)
+  j_B = jnp.argmax(m_BN, axis=-1).astype(jnp.int32)
+  a_B = jnp.take_along_axis(a_BN, j_B[:, None], axis=1)[:, 0]
+  return j_B * xb_BNK.shape[-1] + a_B, jnp.take_along_axis(m_BN, j_B[:, None], axis=1)[:, 0]
+
+
+def _gumbel(logits_BV, scaled_BV, key, p: SamplingParams) -> tuple[jax.Array, jax.Array]:
+  """method="gumbel": jax.nn.logsumexp, then jax.random.categorical (Gumbel-max: a random number
+  per vocabulary entry) over the truncated logits; the sampler of every run before 2026-12-04."""
+  lse_B = jax.nn.logsumexp(scaled_BV, axis=-1)
+  z_BV = scaled_BV
+  if p.top_k or p.top_p < 1.0:
+    z_BV = jnp.where(scaled_BV >= _truncation_threshold(scaled_BV, p), scaled_BV, -jnp.inf)
+  tok_B = jax.random.categorical(key, z_BV, axis=-1).astype(jnp.int32)
+  picked_B = jnp.take_along_axis(scaled_BV, tok_B[:, None], axis=-1)[:, 0]
+  return tok_B, picked_B - lse_B
+
+
 def sample_next(logits_BV: jax.Array, key: jax.Array,
                 p: SamplingParams) -> tuple[jax.Array, jax.Array]:
-  """Returns (token_B int32, logprob_B float32). `logits_BV` are float32."""
+  """Returns (token_B int32, logprob_B float32). `logits_BV` are float32. Sampled: the inverse
+  CDF of softmax(truncated logits / T) at one uniform number a row (`_inverse_cdf`), or
+  jax.random.categorical's Gumbel-max (p.method="gumbel"); greedy: the argmax. Exact draws
+  either way; the two methods draw other tokens for the same key."""
   logits_BV = logits_BV.astype(jnp.float32)
+  B = logits_BV.shape[0]
   scaled_BV = logits_BV if p.greedy else logits_BV / p.temperature
-  # log_softmax(scaled)[tok] = scaled[tok] - logsumexp(scaled): one reduction over the
-  # vocabulary instead of a [B, V] log-softmax written out and gathered from.
-  lse_B = jax.nn.logsumexp(scaled_BV, axis=-1)
+  xb_BNK = _blocks(scaled_BV)
   if p.greedy:
-    tok_B = jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
+    tok_B, m_B = _argmax_and_max(xb_BNK)
+    lse_B = m_B + jnp.log(jnp.sum(jnp.exp(xb_BNK - m_B[:, None, None]), axis=(1, 2)))
+  elif p.method == "gumbel":
+    return _gumbel(logits_BV, scaled_BV, key, p)
   else:
-    if p.top_k or p.top_p < 1.0:
+    m_B = jnp.max(xb_BNK, axis=(1, 2))
+    u_B = jax.random.uniform(key, (B,), jnp.float32)
+    if p.top_k or p.top_p < 1.0:   # the draw over the kept tokens, the log-prob over all
       thr_B1 = _truncation_threshold(scaled_BV, p)
-      scaled_BV = jnp.where(scaled_BV >= thr_B1, scaled_BV, -jnp.inf)
-    tok_B = jax.random.categorical(key, scaled_BV, axis=-1).astype(jnp.int32)
-  picked_B = jnp.take_along_axis(logits_BV, tok_B[:, None], axis=-1)[:, 0]
-  lp_B = (picked_B if p.greedy else picked_B / p.temperature) - lse_B
-  return tok_B, lp_B
+      zb_BNK = _blocks(jnp.where(scaled_BV >= thr_B1, scaled_BV, -jnp.inf))
+      tok_B, _ = _inverse_cdf(zb_BNK, m_B, u_B)
+      lse_B = m_B + jnp.log(jnp.sum(jnp.exp(xb_BNK - m_B[:, None, None]), axis=(1, 2)))
+    else:
+      tok_B, total_B = _inverse_cdf(xb_BNK, m_B, u_B)
+      lse_B = m_B + jnp.log(total_B)
+  # log_softmax(scaled)[tok] = scaled[tok] - logsumexp(scaled)
+  picked_B = jnp.take_along_axis(scaled_BV, tok_B[:, None], axis=-1)[:, 0]
+  return tok_B, picked_B - lse_B
