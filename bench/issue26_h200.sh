@@ -11,6 +11,13 @@
 #   m   0.5B, 256 slots, multi-turn (1 prompt a slot, 1,024-token responses, 512-token
 #       observations): dense and paged
 #   l   0.5B, 256 slots, multi-turn with 8,192-token responses, paged, cold (compiles counted)
+#   s   the next-token choice alone (bench/sample_step.py), then dp's step without a profile
+#   s7  7B single turn with the Pallas attention and the tunix peer (TUNIX: its source)
+#   mp  m's paged run alone (Pallas), with a warm-up: cold and warm walls
+#   a   l's capped run (--kv-max-tokens 1000000) with a warm-up, so cold and warm walls, with
+#       rollout.compile_ahead auto (4 threads on a GPU) and off (AHEAD: the settings, "-1 0")
+#   dp  0.5B single turn with the fused Pallas decode attention: a profile, and XLA's Triton
+#       GEMMs on (bench/sampler.py turns them off unless XLA_FLAGS names them)
 #   u   0.5B update on the length mix of one configs/ssp_small_h200.py step (64 proposer + 320
 #       solver trajectories, bench/length_mix_ssp_small.json): packed vs padded
 #   f   1.5B packed update on the paper's length mix (128 trajectories), the real-token MFU of
@@ -63,6 +70,31 @@ for s in $STAGES; do
       T=${T:-420} run l_paged_8192_cap1m $B --presets qwen2.5-0.5b --kv-layout paged --no-single \
         --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 --no-warmup \
         --repeats 1 --kv-max-tokens 1000000 ;;
+    s)
+      $PY bench/sample_step.py --hlo-dir "$PROF/hlo" | tee "$OUT/s_sample_step.jsonl"
+      run s_dp_pallas $B --presets qwen2.5-0.5b --decode-attention pallas ;;
+    s7)   # 7B single turn, Pallas attention, with the tunix peer when TUNIX names its source
+      PYTHONPATH="${TUNIX:+$TUNIX:}$PYTHONPATH" T=${T:-300} run s7_pallas \
+        $PY bench/sampler.py --batches 256 --repeats 1 --peer auto --presets qwen2.5-7b \
+        --decode-attention pallas ;;
+    mp)   # multi-turn at the shape of m, paged + Pallas only, with a warm-up (cold and warm),
+          # for each rollout.compile_ahead setting in AHEAD (default: auto only)
+      for ca in ${AHEAD:--1}; do
+        run mp_paged_ahead$ca $B --presets qwen2.5-0.5b --kv-layout paged --multiturn \
+          --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
+          --decode-attention pallas --compile-ahead $ca ${MP_SINGLE:---single}
+      done ;;
+    a)
+      for ca in ${AHEAD:--1 0}; do
+        T=${T:-330} run a_paged_8192_cap1m_ahead$ca $B --presets qwen2.5-0.5b --kv-layout paged \
+          --no-single --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 \
+          --repeats 1 --kv-max-tokens 1000000 --compile-ahead $ca
+      done ;;
+    dp)
+      run dp_pallas $B --presets qwen2.5-0.5b --decode-attention pallas --profile "$PROF/dp"
+      $PY bench/trace_summary.py "$PROF/dp" --top 60 > "$OUT/dp_trace.jsonl"
+      XLA_FLAGS="--xla_gpu_enable_triton_gemm=true" run dp_pallas_triton $B \
+        --presets qwen2.5-0.5b --decode-attention pallas ;;
     u)
       XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 run u_small $PY bench/train_step.py \
         --length-mix ssp_small --preset qwen2.5-0.5b --seq 4096 --remat none --attn-impl auto \

@@ -156,6 +156,7 @@ def _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens):
                  decode_attention=ATTN if layout == "dense" else PAGED_ATTN))
   if TAIL_MIN_BATCH is not None:
     rc.tail_min_batch = TAIL_MIN_BATCH
+  rc.compile_ahead = COMPILE_AHEAD
   return RolloutEngine(cfg, SyntheticTokenizer(cfg.vocab_size), rc, SmallBM25Retriever())
 
 
@@ -163,6 +164,7 @@ WARMUP = True   # --warmup: an untimed identical run first, so the timed one com
 PROFILE = ""    # --profile DIR: one more run of each measurement under the JAX profiler
 FUSE = True     # --fuse: one q/k/v and one gate/up GEMM a layer (the engine's unsharded default)
 TAIL_MIN_BATCH = None   # --tail-min-batch (None: the rollout config's default)
+COMPILE_AHEAD = -1      # --compile-ahead: rollout.compile_ahead (-1 auto, 0 off, N threads)
 
 
 def _profiled(tag: str, fn) -> None:
@@ -182,7 +184,9 @@ def _timed_generate(eng, params, prompts, budgets):
     _, first = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
     warm = {"warmup_wall_s": round(first["wall_s"], 3),
             "warmup_compiles": first["compiles"],
-            "warmup_compile_s": round(first["compile_s"], 3)}
+            "warmup_compile_s": round(first["compile_s"], 3),
+            "warmup_engine_stats": {k: round(v, 3) if isinstance(v, float) else v
+                                    for k, v in first.items()}}
   t0 = time.perf_counter()
   trajs, stats = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets)
   wall = time.perf_counter() - t0
@@ -430,6 +434,9 @@ def main(argv=None) -> int:
   p.add_argument("--step-max-new", type=int, default=8192)
   p.add_argument("--tail-min-batch", type=int, default=None,
                  help="rollout.tail_min_batch for the engine runs (0 = the batch never shrinks)")
+  p.add_argument("--compile-ahead", type=int, default=-1,
+                 help="rollout.compile_ahead for the engine runs: paged programs compiled on N "
+                      "host threads before they are needed (-1 auto: on a GPU; 0 = off)")
   p.add_argument("--fuse", action=argparse.BooleanOptionalAction, default=True,
                  help="single turn: fused q/k/v and gate/up decode weights (the engine fuses "
                       "whenever it is unsharded)")
@@ -442,8 +449,9 @@ def main(argv=None) -> int:
                  help="multi-turn / paper step: an untimed identical run first (compiles); "
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
-  global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE
+  global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE, COMPILE_AHEAD
   WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE = a.warmup, a.profile, a.tail_min_batch, a.fuse
+  COMPILE_AHEAD = a.compile_ahead
   if a.prng:
     jax.config.update("jax_default_prng_impl", a.prng)
   PAGED_ATTN = a.paged_attention or ("pallas" if jax.default_backend() == "gpu" else "gather")

@@ -3,7 +3,8 @@
 A multi-turn rollout calls several jitted functions whose shapes depend on the run (prefill
 chunks, row groups, cache buckets); each new shape compiles, which on a GPU costs seconds. The
 engine reads `snapshot()` before and after `generate` and reports the difference in the call's
-stats (`compiles`, `compile_s`, `compiled_functions`). Uses JAX's monitoring event for backend
+stats (`compiles`, `compile_s`, `compiled_functions`; a program compiled on a
+`rollout.compile_ahead` thread is named with " [ahead]"). Uses JAX's monitoring event for backend
 compiles.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 import jax
 
 _EVENT = "/jax/core/compile/backend_compile_duration"
+AHEAD_THREADS = "compile-ahead"   # thread name prefix of rollout/ahead.py
 _lock = threading.Lock()
 _count = [0, 0.0]     # compilations, seconds
 _names: dict[str, int] = {}
@@ -26,6 +28,8 @@ def _listener(event: str, duration: float, **kw) -> None:
     _count[0] += 1
     _count[1] += float(duration)
     name = str(kw.get("fun_name", "?"))
+    if threading.current_thread().name.startswith(AHEAD_THREADS):
+      name += " [ahead]"     # compiled on a rollout.compile_ahead thread
     _names[name] = _names.get(name, 0) + 1
 
 

@@ -38,6 +38,11 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # longest (capped by kv_max_tokens), one shape, few compiles |
                                 # grow = from batch_size x cache_min_len, doubling as rows need
                                 # (less memory when rows end well short of their budgets)
+  c.compile_ahead = -1          # paged, fixed pool: compile the call's prefill and decode
+                                # programs on this many host threads before they are needed
+                                # (rollout/ahead.py); -1 = auto: up to 4 on a GPU/TPU, off on a
+                                # CPU (the compiles would take the cores the run computes on);
+                                # 0 = off
   # --- sampling ---
   c.temperature = 1.0           # 0 = greedy; recorded log-probs are log_softmax(logits / T)
   c.top_p = 1.0                 # 1 = off
@@ -89,3 +94,5 @@ def check_rollout_config(c: ml_collections.ConfigDict) -> None:
   from ssp_jax.sampling.methods import METHODS
   if c.get("sampler", "inverse_cdf") not in METHODS:
     raise ValueError(f"rollout.sampler={c.sampler!r} unknown; use one of {METHODS}")
+  from ssp_jax.rollout.ahead import threads
+  threads(c.compile_ahead, backend="cpu")   # ValueError naming the field for a bad value

@@ -29,12 +29,12 @@ from models.config import ModelConfig
 from models.sharding import Sharder
 from ssp_jax import prompts_format as pf
 from ssp_jax import sampling as S
-from ssp_jax.rollout import compiles, stats as rstats
+from ssp_jax.rollout import ahead as ahead_mod, compiles, stats as rstats
 from ssp_jax.rollout.config import get_rollout_config
-from ssp_jax.rollout.prefill import prefill_pending
+from ssp_jax.rollout.prefill import piece_parts, piece_sizes, prefill_pending
 from ssp_jax.rollout.rows import Row, put
 from ssp_jax.rollout.search_tool import SearchTool
-from ssp_jax.rollout.slots import SlotPlanner, batch_size
+from ssp_jax.rollout.slots import SlotPlanner, batch_size, table_width
 from ssp_jax.rollout.tools import Tool, ToolCall, tool_table
 from ssp_jax.tokenizer import Prompt, Tokenizer
 from ssp_jax.types import Trajectory
@@ -187,6 +187,51 @@ class RolloutEngine:
     st = slots.init_state(tables.prefix_VM.shape[1], [len(r.pending) + r.budget for r in queue])
     # fused q/k/v and gate/up GEMMs when unsharded (decode_step.decode_params)
     dparams = S.make_decode_params(self.model_cfg, params, self.dtype, self._can_fuse())
+    ahead = self._compile_ahead(st, dparams, tables, eos_E, rng, call, queue)
+    try:
+      return self._calls(params, dparams, st, tables, eos_E, queue, n, rng, call, ahead)
+    finally:
+      if ahead is not None:
+        ahead.close()
+
+  def _compile_ahead(self, st, dparams, tables, eos_E, rng, call: _Call,
+                     queue) -> Optional[ahead_mod.CompileAhead]:
+    """Starts compiling the call's paged prefill and decode programs on host threads
+    (rollout.compile_ahead, rollout/ahead.py); None when off, dense or with a growing pool."""
+    c, slots = self.cfg, call.slots
+    n_threads = ahead_mod.threads(c.get("compile_ahead", -1))
+    if not n_threads or not slots.paged or c.kv_pool != "fixed":
+      return None
+    ahead = ahead_mod.CompileAhead(n_threads, call.stats)
+    piece = int(c.prefill_piece)
+    cap = max(1, int(c.prefill_tokens) // piece)
+    data = self.sharder.axis_size("act_batch") if self.sharder is not None else 1
+    # the first call's prefill: the first B prompts (all but their last token), each row with
+    # pages for its prompt and its first decode call (slots._plan_pages)
+    first = list(itertools.islice(queue, slots.B))
+    alloc = slots.alloc
+    pages = max(alloc.pages_for(len(r.pending) - 1 + min(r.budget, int(c.steps_per_call)) + 1)
+                for r in first)
+    n_pieces = sum(-(-(len(r.pending) - 1) // piece) for r in first)
+    ahead_mod.plan_paged(
+        ahead, model_cfg=self.model_cfg, st=st, dparams=dparams, tables=tables, eos_E=eos_E,
+        key=jax.random.fold_in(rng, 0), sampling=call.sampling, dtype=self.dtype,
+        sharder=self.sharder, attn_impl=str(c.decode_attention), steps=int(c.steps_per_call),
+        columns=slots.alloc.table.shape[1],
+        max_row_tokens=max(len(r.pending) + r.budget for r in queue),
+        page_size=int(c.page_size), piece=piece,
+        piece_sizes=piece_sizes(cap),
+        batches=ahead_mod.tail_batches(slots.B, int(c.tail_min_batch), data),
+        first_width=table_width(pages, alloc.table.shape[1]),
+        first_sizes=sorted({size for _, size in piece_parts(n_pieces, cap)}),
+        prefill_fn=S.prefill_pages, decode_fn=S.decode)
+    return ahead
+
+  def _calls(self, params, dparams, st, tables, eos_E, queue, n: int, rng, call: _Call,
+             ahead) -> list[Trajectory]:
+    """The decode calls of one `generate`, until every prompt has its trajectory."""
+    c, stats, slots = self.cfg, call.stats, call.slots
+    steps = int(c.steps_per_call)
     rows: list[Optional[Row]] = [None] * slots.B
     out: list[Optional[Trajectory]] = [None] * n
     for k in itertools.count():   # one decode call each
@@ -203,7 +248,7 @@ class RolloutEngine:
       tp = time.perf_counter()
       st = prefill_pending(self.model_cfg, params, dparams, st, rows, slots,
                            chunk=int(c.prefill_chunk), dtype=self.dtype, sharder=self.sharder,
-                           stats=stats)
+                           stats=stats, ahead=ahead)
       jax.block_until_ready(st)   # so that prefill_s holds the prefill's device time (paged:
                                   # the pools come from prefill_pages, tok_B from set_rows)
       stats["prefill_s"] += time.perf_counter() - tp
@@ -214,6 +259,8 @@ class RolloutEngine:
       exit_after = max(1, math.ceil(float(c.refill_fraction) * len(live)))
       pos0_B = np.array([r.pos if r is not None else 0 for r in rows], np.int64)
       stats["plan_s"] += time.perf_counter() - tp
+      if ahead is not None:
+        ahead.wait(("decode", len(rows), st.cache["table"].shape[1]))
       td = time.perf_counter()
       st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, put(limit_B > 0),
                          put(limit_B), jnp.int32(exit_after), jax.random.fold_in(rng, k),

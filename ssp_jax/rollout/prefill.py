@@ -21,6 +21,7 @@ import numpy as np
 from models.config import ModelConfig
 from models.sharding import Sharder
 from ssp_jax import sampling as S
+from ssp_jax.rollout.ahead import CompileAhead
 from ssp_jax.rollout.rows import Row, pow2, put
 from ssp_jax.rollout.slots import SlotPlanner
 from ssp_jax.sampling.stops import PAD
@@ -63,7 +64,7 @@ def piece_parts(n: int, cap: int) -> list[tuple[int, int]]:
   width. Powers of four from 1 padded less (on a CPU, where padding costs compute) for one size
   more, a third more programs (on a GPU a call of 4 pieces costs about what one of 1 does: each
   reads every weight once); powers of two from 1, twice the sizes."""
-  sizes = sorted({max(1, cap // 16), max(1, cap // 4), cap})
+  sizes = piece_sizes(cap)
   parts, first = [], 0
   while first < n:
     left = n - first
@@ -77,18 +78,25 @@ def piece_parts(n: int, cap: int) -> list[tuple[int, int]]:
   return parts
 
 
+def piece_sizes(cap: int) -> list[int]:
+  """The piece counts a paged prefill call holds (`piece_parts`), ascending."""
+  return sorted({max(1, cap // 16), max(1, cap // 4), cap})
+
+
 def prefill_pending(model_cfg: ModelConfig, params, dparams, st: S.DecodeState,
                     rows: list[Optional[Row]], slots: SlotPlanner, *, chunk: int, dtype,
-                    sharder: Optional[Sharder], stats: collections.Counter) -> S.DecodeState:
+                    sharder: Optional[Sharder], stats: collections.Counter,
+                    ahead: Optional[CompileAhead] = None) -> S.DecodeState:
   """Puts every row's pending tokens but the last in the cache; the last becomes tok_B.
-  params: the stacked params (dense layout); dparams: the decode-layout ones (paged layout)."""
+  params: the stacked params (dense layout); dparams: the decode-layout ones (paged layout).
+  ahead: the call's programs compiling on host threads (paged; rollout/ahead.py)."""
   todo = [b for b, r in enumerate(rows) if r is not None and r.pending and not r.blocked]
   if not todo:
     return st
   fed = {b: rows[b].pending[:-1] for b in todo}
   if slots.paged:
     st = _prefill_pieces(model_cfg, dparams, st, rows, fed, slots, dtype=dtype, sharder=sharder,
-                         stats=stats)
+                         stats=stats, ahead=ahead)
   else:
     st = _prefill_chunks(model_cfg, params, st, rows, fed, slots, chunk=chunk, dtype=dtype,
                          sharder=sharder, stats=stats)
@@ -134,7 +142,7 @@ def _prefill_chunks(model_cfg, params, st, rows, fed, slots, *, chunk, dtype, sh
   return st
 
 
-def _prefill_pieces(model_cfg, dparams, st, rows, fed, slots, *, dtype, sharder, stats):
+def _prefill_pieces(model_cfg, dparams, st, rows, fed, slots, *, dtype, sharder, stats, ahead):
   """Paged layout: every row's tokens in pieces of `prefill_piece`, the pieces of all rows in
   calls of `piece_parts` sizes (see the module docstring), each attending the table width the
   decode calls attend (`slots.columns`). Padding pieces have a table of null pages."""
@@ -152,6 +160,8 @@ def _prefill_pieces(model_cfg, dparams, st, rows, fed, slots, *, dtype, sharder,
       toks_PT[j, :len(fed[b][i:i + T])] = fed[b][i:i + T]
       table_PC[j] = table[b, :C]
       start_P[j] = rows[b].pos + i
+    if ahead is not None:
+      ahead.wait(("prefill", n, C))
     k, v = S.prefill_pages(model_cfg, st.cache["k"], st.cache["v"], dparams, put(table_PC),
                            put(toks_PT), put(start_P), dtype=dtype, sharder=sharder)
     st = st._replace(cache={**st.cache, "k": k, "v": v})
