@@ -14,11 +14,15 @@ Nothing here runs a model: the step is built from
       rollout   7B multi-turn policy tok/s on one H200, 256 slots, dense cache, excluding
                 compile (4,927; "One run on the H200 with the tunix peer", 2026-12-01)
       prefill   7B prefill at 620 TFLOP/s (same section: 256 x 128 tokens in 0.81 s)
-      update    packed real-token MFU 0.475 of 797 TFLOP/s at 1.5B on the paper length mix
-                ("Packed vs padded updates", 2026-12-01), assumed to hold at 7B;
+      update    packed real-token MFU 0.473 of 797 TFLOP/s at 1.5B on the paper length mix
+                with the output projection at every position (a utilisation: every counted
+                FLOP ran; "Issue 26 on the H200 (2026-12-04)"), assumed to hold at 7B;
+      decode    7B single-turn decode tok/s at 256 rows for the RAG check's answers (30,238;
+                "Issue 26 on the H200 (2026-12-04, second session)");
   * the FLOPs of a 7B token: 2 x 7.07e9 forward (matmul parameters, embedding lookup excluded),
     an update pass 3x forward (forward + backward), plus one old-log-prob and one reference
-    forward over every token.
+    forward over every token; with `--logprob-positions loss` (rl.logprob_positions, the
+    default) the output projection (0.545e9 of them) only at the policy (loss) tokens.
 
 Projections, with their assumptions in the output:
   * 8 H200 (one host): rollouts split 8 ways at the one-GPU rate (each GPU holds a full copy of
@@ -42,6 +46,7 @@ H200_PEAK = 797e12       # bf16 matmul FLOP/s measured on the lent H200 (the dev
 H200_HBM = 4.8e12
 V5P_PEAK, V5P_HBM, V5P_CHIPS = 459e12, 2.765e12, 32
 PARAMS_7B = 7.07e9       # matmul parameters a token (Qwen2.5-7B less the embedding lookup)
+HEAD_7B = 3584 * 152_064  # of which the output projection (hidden x vocabulary)
 
 
 def _mean(lo_hi) -> float:
@@ -72,7 +77,9 @@ def estimate(a: argparse.Namespace) -> dict:
   # RAG check: one no-search answer per proposed question from ~5 trajectories' documents
   rag_prefill_tok = a.proposers * a.rag_prompt_tokens
   rag_s = rag_prefill_tok * flop_fwd / a.prefill_flop_s + a.rag_answer_tokens / a.decode_step_tok_s
-  update_flop = all_tok * flop_fwd * (3 + 2)   # train fwd+bwd, old log-prob, reference
+  # train fwd+bwd, old log-prob, reference; the head at every token or at the loss tokens only
+  head_tok = all_tok if a.logprob_positions == "all" else model_tok
+  update_flop = (all_tok * 2 * (PARAMS_7B - HEAD_7B) + head_tok * 2 * HEAD_7B) * (3 + 2)
   update_s = update_flop / (a.update_mfu * H200_PEAK)
   one = {"rollout_s": rollout_s, "rag_check_s": rag_s, "update_s_compute_only": update_s,
          "step_s": rollout_s + rag_s + update_s}
@@ -93,6 +100,7 @@ def estimate(a: argparse.Namespace) -> dict:
       "one_h200": rnd(one), "eight_h200": rnd(eight), "v5p_64": rnd(pod),
       "inputs": {"rollout_policy_tok_s": a.rollout_tok_s, "prefill_flop_s": a.prefill_flop_s,
                  "decode_step_tok_s": a.decode_step_tok_s, "update_mfu": a.update_mfu,
+                 "logprob_positions": a.logprob_positions,
                  "scale_eff": a.scale_eff, "rag_prompt_tokens": a.rag_prompt_tokens,
                  "rag_answer_tokens": a.rag_answer_tokens, "h200_peak_flop_s": H200_PEAK},
       "assumptions": [
@@ -115,9 +123,13 @@ def main(argv=None) -> int:
   p.add_argument("--rollout-tok-s", type=float, default=4927.0,
                  help="7B multi-turn policy tok/s on one H200 (measured, 256 slots)")
   p.add_argument("--prefill-flop-s", type=float, default=620e12)
-  p.add_argument("--decode-step-tok-s", type=float, default=25713.0,
+  p.add_argument("--decode-step-tok-s", type=float, default=30238.0,
                  help="7B single-turn decode tok/s at 256 rows (the RAG check's answers)")
-  p.add_argument("--update-mfu", type=float, default=0.475)
+  p.add_argument("--update-mfu", type=float, default=0.473,
+                 help="update utilisation: FLOPs that ran / (time x 797 TFLOP/s)")
+  p.add_argument("--logprob-positions", choices=("loss", "all"), default="loss",
+                 help="rl.logprob_positions: the output projection at the loss tokens only "
+                      "(default) or at every position")
   p.add_argument("--scale-eff", type=float, default=0.9)
   p.add_argument("--rag-prompt-tokens", type=int, default=2500,
                  help="verifier prompt: question + ~5 trajectories' documents (stated)")
