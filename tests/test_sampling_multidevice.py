@@ -93,3 +93,43 @@ def test_sharded_tail_shrink_equals_single_device(tmp_path, layout_kw):
     assert a.response_ids == b.response_ids
     assert a.loss_mask == b.loss_mask and a.stop_reason == b.stop_reason
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake) devices")
+def test_paged_pools_split_over_kv_heads_and_compile_ahead_on_the_mesh(tmp_path):
+  """On the data x tensor mesh the paged pools [K, P, T, H] are split over the KV heads from the
+  first state on (the constraint named the cache's length axis before 2026-12-04, so the empty
+  pools were whole on every device and changed layout at the first prefill). With
+  rollout.compile_ahead every prefill and decode program of the sharded call was compiled ahead
+  (none again by the call: the planned shardings are the ones the call passes) and the tokens
+  are the single-device engine's."""
+  from ssp_jax import sampling as S
+  path = make_tiny_checkpoint(str(tmp_path), "qwen2", "chatml", seed=2, heads=4, kv_heads=2)
+  sharder = Sharder(make_mesh((("data", 4), ("tensor", 2))))
+  cfg, _ = load_params(path, sharder=sharder)
+  st = S.init_paged_state(cfg, 4, 40, 8, 16, 8, np.float32, sharder)
+  assert tuple(st.cache["k"][0].sharding.spec)[:1] == ("tensor",)
+  assert not any(tuple(st.cache["k"][0].sharding.spec)[1:])
+  paged = dict(kv_layout="paged", page_size=8, decode_attention="gather")
+  single = _run(path, None, 0.0, "e", **paged)
+  # steps and page size no other test here uses: the programs are not in the cache yet
+  eng_out = _run_stats(path, sharder, compile_ahead=2, steps_per_call=10,
+                       **dict(paged, page_size=4))
+  by_fn = eng_out.stats["compiled_functions"]
+  assert "jit(decode)" not in by_fn and "jit(prefill_pages)" not in by_fn, by_fn
+  assert by_fn.get("jit(decode) [ahead]", 0) >= 1 and eng_out.stats.get("ahead_errors", 0) == 0
+  for a, b in zip(single, eng_out.trajectories):
+    assert a.response_ids == b.response_ids
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+def _run_stats(path, sharder, **kw):
+  cfg, params = load_params(path, sharder=sharder)
+  rc = get_rollout_config()
+  rc.update(dict(dtype="float32", cache_dtype="float32", batch_size=4, cache_min_len=32,
+                 prefill_chunk=16, steps_per_call=12, max_obs_tokens=40, topk=2,
+                 search_open=" ", search_close="e", max_searches=2))
+  rc.update(kw)
+  eng = RolloutEngine(cfg, Tokenizer.from_dir(path), rc, SmallBM25Retriever(), sharder)
+  return eng.generate(params, PROMPTS, jax.random.key(4), temperature=0.0, max_new_tokens=60,
+                      stop=["e"])

@@ -64,7 +64,7 @@ def _constrain_state(st: DecodeState, sharder: Optional[Sharder]) -> DecodeState
   if sharder is None:
     return st
   if "table" in st.cache:   # paged: pools [K, P, T, H] per layer, sharded over kv heads only
-    pool = lambda ps: [constrain(p, (CACHE_LOGICAL[3], None, None, CACHE_LOGICAL[4]), sharder)
+    pool = lambda ps: [constrain(p, PG.POOL_LOGICAL, sharder)
                        for p in ps]
     cache = {"k": pool(st.cache["k"]), "v": pool(st.cache["v"]),
              "table": constrain(st.cache["table"], ("act_batch", None), sharder)}

@@ -25,6 +25,11 @@ import jax.numpy as jnp
 
 PAGED_ATTN_IMPLS = ("gather", "pallas")
 NULL_PAGE = 0
+# Logical axes of a pool [K, P, T, H]: split over the KV heads like the dense cache, pages and
+# slots whole. (Until 2026-12-04 the constraint named the cache's length axis for K, which no
+# rule splits: a tensor-parallel mesh held every pool whole on each device wherever the
+# constraint applied, and resharded it where XLA's propagation split it.)
+POOL_LOGICAL = ("act_kv_heads", None, None, "head_dim")
 
 
 def init_pages(cfg, num_pages: int, page_size: int, dtype) -> tuple[list, list]:

@@ -71,7 +71,7 @@ def pages_forward(cfg: ModelConfig, params, k_pools: list, v_pools: list, table_
 def _constrain_pools(pools: list, sharder: Optional[Sharder]) -> list:
   """The pools' layout as `sampling.loop` constrains them in the decode state (the same spec, so
   no resharding copy between the prefill and the decode loop)."""
-  return [constrain(p, (CACHE_LOGICAL[3], None, None, CACHE_LOGICAL[4]), sharder) for p in pools]
+  return [constrain(p, PG.POOL_LOGICAL, sharder) for p in pools]
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "dtype", "sharder"), donate_argnums=(1, 2))
