@@ -42,6 +42,11 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
   r.max_searches = 4
   r.max_obs_tokens = 256
   r.topk = 3
+  r.kv_layout = "paged"         # paged KV + the Pallas kernels: 36.8k policy tok/s against 27.0k
+                                # for the dense layout (2026-12-02) at 256 slots, 1,024-token
+                                # responses on an H200, and its programs compile ahead (rollout.compile_ahead;
+                                # bench/RESULTS.md, issue 26); the run of docs/results.md
+                                # (2026-12-01) used the dense layout
 
   rl = c.rl
   rl.lr = 3e-6                 # the paper's 1e-6 is for 7B; a 0.5B model moves slowly at it
