@@ -109,3 +109,28 @@ def test_greedy_decode_pallas_equals_einsum():
                                 np.asarray(out["einsum"].tokens_BN))
   np.testing.assert_allclose(np.asarray(out["pallas"].logprobs_BN),
                              np.asarray(out["einsum"].logprobs_BN), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,atol", [(jnp.float32, 2e-5), (jnp.bfloat16, 3e-2)])
+@pytest.mark.parametrize("S_,splits", [(48, 1), (384, 1), (384, 3), (512, None)])
+def test_kernel_that_stores_the_new_token_equals_write_then_attend(S_, splits, dtype, atol):
+  """dense_attention_write (the decode step's "pallas"): the slots before pos from the cache,
+  the query token's k/v from its inputs, stored at pos by the kernel. Same output as writing
+  first and attending over slots <= pos, and the caches equal the scattered ones (stale slots,
+  here NaN at pos, never reach the output). Rows at slot 0, a block edge, the last slot."""
+  q, k, v = _inputs(4, 2, 7, 64, S_, dtype, seed=3)
+  kn, vn = (jnp.asarray(np.random.default_rng(4 + i).normal(size=(4, 2, 64)), dtype)
+            for i in range(2))
+  pos = jnp.asarray([0, 128, S_ - 1, S_ // 2 + 5], jnp.int32)
+  rows = jnp.arange(4)
+  stale_k = k.at[rows, :, pos].set(jnp.nan)
+  stale_v = v.at[rows, :, pos].set(jnp.nan)
+  want_k, want_v = k.at[rows, :, pos].set(kn), v.at[rows, :, pos].set(vn)
+  upto_BS = jnp.arange(S_)[None, :] <= pos[:, None]
+  want = _cached_attention(q, want_k, want_v, upto_BS, einsum=True)
+  got, k2, v2 = DP.dense_attention_write(q, stale_k, stale_v, pos, kn, vn, interpret=True,
+                                         splits=splits)
+  np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                             atol=atol, rtol=0)
+  np.testing.assert_array_equal(np.asarray(k2, np.float32), np.asarray(want_k, np.float32))
+  np.testing.assert_array_equal(np.asarray(v2, np.float32), np.asarray(want_v, np.float32))

@@ -163,8 +163,8 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     first and call `jax.nn.dot_product_attention` with `key_value_seq_lengths = pos + 1`
     ("cudnn": the cuDNN flash kernel on NVIDIA GPUs), on a transposed copy of the layer's
     buffer (it takes [B, S, K, H]). "pallas": one fused kernel per layer (sampling/dense_pallas.py:
-    online softmax, reads each row's K/V once up to its position; Pallas interpret mode on a
-    CPU, slow)."""
+    online softmax, reads each row's K/V once up to its position and stores the new K/V at it,
+    in place; Pallas interpret mode on a CPU, slow)."""
   if "table" in cache:
     return _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, dtype=dtype, sharder=sharder,
                                  attn_impl=attn_impl)
@@ -194,14 +194,17 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
       new_v.append(v_BKH)
       x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
       continue
+    if attn_impl == "pallas":   # the kernel stores k/v at pos itself (no scatter kernels)
+      attn, k_all[l], v_all[l] = DP.dense_attention_write(
+          q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], pos_B, k_BKH, v_BKH,
+          interpret=jax.default_backend() == "cpu")
+      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn.reshape(B, 1, N, H), sharder)
+      continue
     k_all[l] = k_all[l].at[rows_B, :, pos_B].set(k_BKH)   # in place on the loop carry
     v_all[l] = v_all[l].at[rows_B, :, pos_B].set(v_BKH)
     if attn_impl in ("reduce", "einsum"):
       attn_B1NH = _cached_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], upto_BS,
                                     attn_impl == "einsum").reshape(B, 1, N, H)
-    elif attn_impl == "pallas":
-      attn_B1NH = DP.dense_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], pos_B,
-                                     interpret=jax.default_backend() == "cpu").reshape(B, 1, N, H)
     else:
       attn_B1NH = jax.nn.dot_product_attention(   # takes [B, S, K, H]: a transposed copy
           q, jnp.swapaxes(k_all[l], 1, 2).astype(q.dtype),

@@ -48,14 +48,24 @@ def _dot(a, b, contract_b: int, exact: bool):
                          preferred_element_type=jnp.float32)
 
 
-def _kernel(pos_ref, q_ref, k_ref, v_ref, *out_refs, block: int, share: int, exact: bool):
+def _kernel(pos_ref, q_ref, k_ref, v_ref, *refs, block: int, share: int, exact: bool,
+            write: bool):
   """pos_ref [1]; q_ref [Gp, H]; k_ref, v_ref [share, H]: this program's slots
-  j*share .. (j+1)*share - 1 of one (row, KV head). Writes out [Gp, H] (normalised) when
-  out_refs is one ref, else unnormalised o [Gp, H], m [Gp], l [Gp]."""
+  j*share .. (j+1)*share - 1 of one (row, KV head). Writes out [Gp, H] (normalised) when one
+  output ref comes, else unnormalised o [Gp, H], m [Gp], l [Gp].
+  write: refs start with kn_ref, vn_ref [H] (the query token's K/V, not yet in the cache) and
+  end with k_out, v_out [share, H] (the cache buffers, aliased to k_ref, v_ref): the loop reads
+  the slots before pos only, the new token is added from registers, and the program whose share
+  holds pos stores it there after the loop (no other program reads that slot)."""
+  if write:
+    kn_ref, vn_ref, *out_refs, k_out, v_out = refs
+  else:
+    out_refs = refs
   Gp, H = q_ref.shape
   start = pl.program_id(2) * share
   pos = pos_ref[0]
-  n_valid = jnp.minimum(pos + 1 - start, share)         # slots of this share <= pos (may be <= 0)
+  last = pos - 1 if write else pos                      # the last slot read from the cache
+  n_valid = jnp.minimum(last + 1 - start, share)        # slots of this share <= last (may be <= 0)
   trips = jnp.maximum((n_valid + block - 1) // block, 0)
   q_GH = q_ref[...]
 
@@ -64,7 +74,7 @@ def _kernel(pos_ref, q_ref, k_ref, v_ref, *out_refs, block: int, share: int, exa
     sl = pl.ds(pl.multiple_of(i * block, block), block)
     s_GT = _dot(q_GH, k_ref[sl, :], 1, exact)               # [Gp, block] fp32
     slot_T = start + i * block + lax.broadcasted_iota(jnp.int32, (block,), 0)
-    ok_T = slot_T <= pos
+    ok_T = slot_T <= last
     s_GT = jnp.where(ok_T[None, :], s_GT, -jnp.inf)
     m_new = jnp.maximum(m_G, jnp.max(s_GT, axis=1))         # finite: slot i*block <= pos
     alpha_G = jnp.exp(m_G - m_new)
@@ -76,6 +86,23 @@ def _kernel(pos_ref, q_ref, k_ref, v_ref, *out_refs, block: int, share: int, exa
   init = (jnp.zeros((Gp, H), jnp.float32), jnp.full((Gp,), -jnp.inf, jnp.float32),
           jnp.zeros((Gp,), jnp.float32))
   o_GH, m_G, l_G = lax.fori_loop(0, trips, body, init)
+  if write:
+    mine = (pos >= start) & (pos < start + share)
+    kn_H, vn_H = kn_ref[...], vn_ref[...]
+    s_G = jnp.sum(q_GH.astype(jnp.float32) * kn_H.astype(jnp.float32)[None, :], axis=1)
+    s_G = jnp.where(mine, s_G, -jnp.inf)
+    m_new = jnp.maximum(m_G, s_G)
+    alpha_G = jnp.where(m_G == m_new, 1.0, jnp.exp(m_G - m_new))   # -inf - -inf: no NaN
+    p_G = jnp.where(mine, jnp.exp(s_G - m_new), 0.0)
+    p_G = p_G.astype(vn_H.dtype).astype(jnp.float32)   # P is cast for the P.V dot, as above
+    o_GH = alpha_G[:, None] * o_GH + p_G[:, None] * vn_H.astype(jnp.float32)[None, :]
+    m_G, l_G = m_new, alpha_G * l_G + p_G
+
+    @pl.when(mine)
+    def _store():
+      row = pl.ds(pos - start, 1)
+      k_out[row, :] = kn_H[None, :].astype(k_out.dtype)
+      v_out[row, :] = vn_H[None, :].astype(v_out.dtype)
   if len(out_refs) == 1:
     out_refs[0][...] = (o_GH / l_G[:, None]).astype(out_refs[0].dtype)
   else:
@@ -92,13 +119,40 @@ def choose_splits(B: int, K: int, S: int) -> int:
   return splits
 
 
-@functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages"))
+def dense_attention_write(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array,
+                          pos_B: jax.Array, k_BKH: jax.Array, v_BKH: jax.Array, *,
+                          interpret: bool = False, splits: int | None = None
+                          ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(attention [B, K, G, H], k cache, v cache): `dense_attention` over the slots before pos_B
+  plus the query token's own k/v (k_BKH, v_BKH), which the kernel also stores at slot pos_B of
+  the caches (aliased: updated in place, no scatter kernels). Same math as writing first and
+  attending over slots <= pos_B. A cache length that is not a multiple of 16 takes that path."""
+  if k_BKSH.shape[2] % 16:
+    rows = jnp.arange(q_BKGH.shape[0])
+    k_BKSH = k_BKSH.at[rows, :, pos_B].set(k_BKH.astype(k_BKSH.dtype))
+    v_BKSH = v_BKSH.at[rows, :, pos_B].set(v_BKH.astype(v_BKSH.dtype))
+    return (dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, interpret=interpret, splits=splits),
+            k_BKSH, v_BKSH)
+  return _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, k_BKH.astype(k_BKSH.dtype),
+                          v_BKH.astype(v_BKSH.dtype), interpret=interpret, splits=splits)
+
+
 def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array,
                     *, interpret: bool = False, splits: int | None = None, num_warps: int = 4,
                     num_stages: int = 2) -> jax.Array:
   """Softmax over slots s <= pos_B[b] of q.k / sqrt(H), times V, in fp32; returns [B, K, G, H]
   in q's dtype. splits: None = `choose_splits`; else shares of S // splits slots, a multiple of
   16 (the loop's block is gcd(share, MAX_BLOCK))."""
+  return _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, None, None, interpret=interpret,
+                          splits=splits, num_warps=num_warps, num_stages=num_stages)
+
+
+@functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages"))
+def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret: bool = False,
+                     splits: int | None = None, num_warps: int = 4, num_stages: int = 2):
+  """The pallas_call of both: kn_BKH / vn_BKH None (attend over slots <= pos) or the new
+  token's K/V (attend before pos plus it, store it; returns (out, k, v))."""
+  write = kn_BKH is not None
   B, K, G, H = q_BKGH.shape
   S = k_BKSH.shape[2]
   if S % 16:   # masked slots; only odd cache lengths pay this copy
@@ -129,15 +183,34 @@ def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos
                  pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0)),
                  pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0))]
   kernel = functools.partial(_kernel, block=block, share=share,
-                             exact=k_BKSH.dtype == jnp.float32)
+                             exact=k_BKSH.dtype == jnp.float32, write=write)
+  args = (pos_B1, q_BKGH_, k_BKSH, v_BKSH)
+  aliases = {}
+  if write:
+    args += (kn_BKH, vn_BKH)
+    in_specs += [pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0))] * 2
+    out_shape = (out_shape if isinstance(out_shape, list) else [out_shape]) + [
+        jax.ShapeDtypeStruct(k_BKSH.shape, k_BKSH.dtype),
+        jax.ShapeDtypeStruct(v_BKSH.shape, v_BKSH.dtype)]
+    out_specs = (out_specs if isinstance(out_specs, list) else [out_specs]) + [in_specs[2],
+                                                                               in_specs[3]]
+    aliases = {2: len(out_shape) - 2, 3: len(out_shape) - 1}
   out = pl.pallas_call(
       kernel, grid=(B, K, splits), in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
+      input_output_aliases=aliases,
       compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
-      interpret=interpret, name="dense_decode_attention")(pos_B1, q_BKGH_, k_BKSH, v_BKSH)
+      interpret=interpret, name="dense_decode_attention")(*args)
+  caches = ()
+  if write:
+    *out, k_new, v_new = out
+    out = out[0] if splits == 1 else out
+    caches = (k_new, v_new)
   if splits == 1:
-    return out[:, :, :G]
-  o_BKJGH, m_BKJG, l_BKJG = out   # share 0 always holds slot 0 <= pos, so the max is finite
-  w_BKJG = jnp.exp(m_BKJG - jnp.max(m_BKJG, axis=2, keepdims=True))
-  l_BKG = jnp.sum(w_BKJG * l_BKJG, axis=2)
-  o_BKGH = jnp.sum(w_BKJG[..., None] * o_BKJGH, axis=2) / l_BKG[..., None]
-  return o_BKGH[:, :, :G].astype(q_BKGH.dtype)
+    o = out[:, :, :G]
+  else:
+    o_BKJGH, m_BKJG, l_BKJG = out   # share 0 holds slot 0 (<= pos, or pos itself): max finite
+    w_BKJG = jnp.exp(m_BKJG - jnp.max(m_BKJG, axis=2, keepdims=True))
+    l_BKG = jnp.sum(w_BKJG * l_BKJG, axis=2)
+    o_BKGH = jnp.sum(w_BKJG[..., None] * o_BKJGH, axis=2) / l_BKG[..., None]
+    o = o_BKGH[:, :, :G].astype(q_BKGH.dtype)
+  return (o,) + caches if write else o
