@@ -21,6 +21,10 @@ This kernel reads each row's K/V once, up to its own position, and keeps the sco
     `splits` shares so there are >= MIN_PROGRAMS programs; each writes its unnormalised o, m, l
     and a small JAX combine rescales them. With one share the kernel normalises and writes the
     output itself (Qwen2.5-0.5B at 256 rows: 512 programs, one share).
+  * `dense_attention_write` (the decode step's): the query token's K/V come as inputs, the loop
+    reads the slots before pos_B only and the new token joins the softmax from registers; the
+    program whose share holds pos_B stores the K/V there after its loop (the caches are aliased
+    outputs, updated in place), so the step runs no scatter kernels for them.
 An S that is not a multiple of 16 is zero-padded (a copy of the cache; the engine's cache
 lengths are multiples of 16, so it does not happen there). On a CPU it runs in Pallas's interpret
 mode (`interpret=True`; slow, for tests). The grid is not partitioned: unsharded decoding only.
