@@ -134,3 +134,34 @@ def test_urgent_programs_compile_before_the_rest_start():
   starts = {n: i for i, (e, n) in enumerate(log) if e == "start"}
   assert max(ends["a"], ends["b"]) < min(starts["c"], starts["d"]), log
   assert stats["ahead_compiled"] == 4 and stats["ahead_unused"] == 0
+
+
+def test_a_closed_plan_compiles_nothing_more():
+  """When the call ends while programs still wait for the urgent ones, they are skipped, not
+  compiled in the background for nothing."""
+  import collections
+  import threading
+  started = []
+  release = threading.Event()
+
+  class Fake:
+    def __init__(self, name, block=False):
+      self.name, self.block = name, block
+
+    def lower(self, *a, **kw):
+      return self
+
+    def compile(self):
+      started.append(self.name)
+      if self.block:
+        release.wait(5)
+
+  stats = collections.Counter()
+  ca = ahead.CompileAhead(3, stats)
+  ca.submit("urgent", Fake("urgent", block=True), urgent=True)
+  ca.submit("later", Fake("later"))
+  ca.start_rest()
+  ca.close()            # "later" waits for "urgent", which is still compiling
+  release.set()
+  ca._pool.shutdown(wait=True)
+  assert started == ["urgent"] and stats["ahead_compiled"] == 0

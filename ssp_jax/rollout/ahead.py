@@ -77,6 +77,7 @@ class CompileAhead:
     self._lock = threading.Lock()
     self._urgent: list[cf.Future] = []
     self._urgent_done = threading.Event()
+    self._closed = False
     self.stats = stats
 
   def submit(self, key: Hashable, fn: Callable, *args: Any, urgent: bool = False,
@@ -110,6 +111,8 @@ class CompileAhead:
   def _compile(self, key, fn, args, kwargs, urgent: bool) -> float:
     if not urgent:
       self._urgent_done.wait()
+    if self._closed:   # the call ended while this one waited for the urgent ones
+      return 0.0
     t0 = time.perf_counter()
     fn.lower(*args, **kwargs).compile()
     return time.perf_counter() - t0
@@ -138,11 +141,12 @@ class CompileAhead:
 
   def close(self) -> None:
     """Cancels what has not started; a compile under way finishes in the background."""
-    self._urgent_done.set()
     done = [k for k, f in self._futures.items() if f.done() and not f.cancelled()
             and f.exception() is None]
     self.stats["ahead_compiled"] += len(done)
     self.stats["ahead_unused"] += len([k for k in done if k not in self._called])
+    self._closed = True         # then release those waiting for the urgent ones: they skip
+    self._urgent_done.set()
     self._pool.shutdown(wait=False, cancel_futures=True)
 
 
