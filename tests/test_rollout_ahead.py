@@ -165,3 +165,11 @@ def test_a_closed_plan_compiles_nothing_more():
   release.set()
   ca._pool.shutdown(wait=True)
   assert started == ["urgent"] and stats["ahead_compiled"] == 0
+
+
+def test_no_prompts_plan_nothing():
+  """An empty call returns no trajectories with compiling ahead on (the plan read the longest
+  queued row and failed on an empty queue)."""
+  params = models.init_params(CFG, jax.random.key(0))
+  trajs, stats = _engine(2).generate(params, [], jax.random.key(1))
+  assert trajs == [] and "ahead_compiled" not in stats

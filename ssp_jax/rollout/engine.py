@@ -200,7 +200,7 @@ class RolloutEngine:
     (rollout.compile_ahead, rollout/ahead.py); None when off, dense or with a growing pool."""
     c, slots = self.cfg, call.slots
     n_threads = ahead_mod.threads(c.get("compile_ahead", -1))
-    if not n_threads or not slots.paged or c.kv_pool != "fixed":
+    if not n_threads or not slots.paged or c.kv_pool != "fixed" or not queue:
       return None
     ahead = ahead_mod.CompileAhead(n_threads, call.stats)
     piece = int(c.prefill_piece)
