@@ -3,8 +3,8 @@
 A multi-turn call on the paged layout with a fixed pool runs a small set of programs known when
 the call starts: the paged prefill at three piece counts x at most four table widths
 (rollout/prefill.py) and one decode loop per tail batch size (with "gather" attention also per
-width). Compiled one at a time as each was first needed, they took 62-67 s of an 8,192-token call
-on an H200 (bench/RESULTS.md, issue 26). XLA compiles with the GIL released, so the host's cores
+width). Compiled one at a time as each was first needed, they kept an 8,192-token call on an
+H200 107 s longer cold than warm (bench/RESULTS.md, issue 26). XLA compiles with the GIL released, so the host's cores
 can compile them side by side while the device runs the first ones.
 
 `CompileAhead` lowers and compiles each program (`jit(...).lower(abstract args).compile()`: the
@@ -116,9 +116,6 @@ class CompileAhead:
     t0 = time.perf_counter()
     fn.lower(*args, **kwargs).compile()
     return time.perf_counter() - t0
-
-  def planned(self) -> list:
-    return list(self._futures)
 
   def wait(self, key: Hashable) -> None:
     """Blocks until the program of `key` is compiled (no-op for a key never submitted)."""

@@ -105,7 +105,7 @@ def _argmax_and_max(xb_BNK: jax.Array) -> tuple[jax.Array, jax.Array]:
   return j_B * xb_BNK.shape[-1] + a_B, jnp.take_along_axis(m_BN, j_B[:, None], axis=1)[:, 0]
 
 
-def _gumbel(logits_BV, scaled_BV, key, p: SamplingParams) -> tuple[jax.Array, jax.Array]:
+def _gumbel(scaled_BV, key, p: SamplingParams) -> tuple[jax.Array, jax.Array]:
   """method="gumbel": jax.nn.logsumexp, then jax.random.categorical (Gumbel-max: a random number
   per vocabulary entry) over the truncated logits; the sampler of every run before 2026-12-04."""
   lse_B = jax.nn.logsumexp(scaled_BV, axis=-1)
@@ -126,12 +126,13 @@ def sample_next(logits_BV: jax.Array, key: jax.Array,
   logits_BV = logits_BV.astype(jnp.float32)
   B = logits_BV.shape[0]
   scaled_BV = logits_BV if p.greedy else logits_BV / p.temperature
+  if not p.greedy and p.method == "gumbel":
+    return _gumbel(scaled_BV, key, p)
   xb_BNK = _blocks(scaled_BV)
+  lse = lambda m_B: m_B + jnp.log(jnp.sum(jnp.exp(xb_BNK - m_B[:, None, None]), axis=(1, 2)))
   if p.greedy:
     tok_B, m_B = _argmax_and_max(xb_BNK)
-    lse_B = m_B + jnp.log(jnp.sum(jnp.exp(xb_BNK - m_B[:, None, None]), axis=(1, 2)))
-  elif p.method == "gumbel":
-    return _gumbel(logits_BV, scaled_BV, key, p)
+    lse_B = lse(m_B)
   else:
     m_B = jnp.max(xb_BNK, axis=(1, 2))
     u_B = jax.random.uniform(key, (B,), jnp.float32)
@@ -139,7 +140,7 @@ def sample_next(logits_BV: jax.Array, key: jax.Array,
       thr_B1 = _truncation_threshold(scaled_BV, p)
       zb_BNK = _blocks(jnp.where(scaled_BV >= thr_B1, scaled_BV, -jnp.inf))
       tok_B, _ = _inverse_cdf(zb_BNK, m_B, u_B)
-      lse_B = m_B + jnp.log(jnp.sum(jnp.exp(xb_BNK - m_B[:, None, None]), axis=(1, 2)))
+      lse_B = lse(m_B)
     else:
       tok_B, total_B = _inverse_cdf(xb_BNK, m_B, u_B)
       lse_B = m_B + jnp.log(total_B)
