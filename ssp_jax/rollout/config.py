@@ -50,8 +50,8 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.sampler = "inverse_cdf"     # how a sampled token is drawn (same distribution): inverse_cdf
                                 # (one uniform number a row, two passes over the logits) |
                                 # gumbel (jax.random.categorical, a random number per vocabulary
-                                # entry: 0.49 against 0.31 ms a step at 256 rows x 151,936 on an
-                                # H200; the random stream of runs before 2026-12-04)
+                                # entry: 0.49 against 0.31 ms a draw of 256 rows x 151,936 on
+                                # an H200; the random stream of runs before 2026-12-04)
   c.stop = ("</search>", "</answer>", "</question>")  # stop strings; eos/end-of-turn ids always stop
   # --- search tool ---
   c.use_search = True           # tools on: "</search>" calls the retriever (else it just stops)
