@@ -80,8 +80,8 @@ def _inverse_cdf(zb_BNK: jax.Array, m_B: jax.Array, u_B: jax.Array) -> tuple[jax
   u_B in [0, 1), over blocks (zb [B, N, K], K = BLOCK): the block whose cumulative mass
   passes u * total, then the entry inside it. Reads z twice (its max before, exp here), where
   the Gumbel-max draw (jax.random.categorical) made a random number per vocabulary entry: on
-  an H200, 256 rows x 151,936 logits, 0.31 against 0.49 ms a draw (bench/sample_step.py). An entry of
-  zero mass (masked) is never drawn, whatever the rounding of the sums."""
+  an H200, 256 rows x 151,936 logits, 0.31 against 0.49 ms a draw (bench/sample_step.py).
+  An entry of zero mass (masked) is never drawn, whatever the rounding of the sums."""
   e_BN = jnp.sum(jnp.exp(zb_BNK - m_B[:, None, None]), axis=-1)        # block masses
   cum_BN = jnp.cumsum(e_BN, axis=-1)
   total_B = cum_BN[:, -1]
