@@ -22,6 +22,9 @@
 #       solver trajectories, bench/length_mix_ssp_small.json): packed vs padded
 #   f   1.5B packed update on the paper's length mix (128 trajectories), the real-token MFU of
 #       a few remat / micro-batch / row-length / log-prob-chunk settings (target 60%)
+#   m7  m's multi-turn shape at 7B: paged and dense (Pallas), warm
+#   w   the whole configs/ssp_small_h200.py step on a real model (MODEL: its GGUF): phase
+#       times a step from metrics.jsonl (bench/step_phases.py)
 #   p   the packed updates of u (rows of 4,096) and f (dots, micro-batch 8) with the output
 #       projection at the loss tokens only against every position (rl.logprob_positions)
 # Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
@@ -121,6 +124,27 @@ for s in $STAGES; do
           --preset qwen2.5-1.5b --seq 8192 --traj 128 --steps 2 --attn-impl auto --remat dots \
           --micro-batch 8 --layouts packed --logprob-positions $pos
       done ;;
+    m7)   # m's shape at 7B, paged then dense (both Pallas), warm (a warm-up run first)
+      for kv in paged dense; do
+        T=${T:-270} run m7_$kv $B --presets qwen2.5-7b --kv-layout $kv --no-single --multiturn \
+          --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
+          --decode-attention pallas
+      done ;;
+    w)    # the whole configs/ssp_small_h200.py step: MODEL (its GGUF), STEPS (default 6), a
+          # BM25 index over the shipped sample, the warm start, then the steps; the run stops on
+          # SIGINT after T seconds (default 480; the step in flight ends and is checkpointed)
+      R=${ROOT:-/tmp/issue26_w}
+      mkdir -p "$R"
+      [ -f "$R/bm25/meta.json" ] || $PY -m ssp_jax index build --encoder bm25 \
+        --corpus retrieval/data/wiki_sample.jsonl.gz --out "$R/bm25" > "$OUT/w_index.log" 2>&1
+      SSP_JAX_CACHE=${SSP_JAX_CACHE:-$R/cache} timeout -s INT -k 60 "${T:-480}" \
+        $PY -m ssp_jax train --config "configs/ssp_small_h200.py:root=$R" \
+        --config.model.path="${MODEL:?stage w needs MODEL, the GGUF}" \
+        --config.total_steps="${STEPS:-6}" --config.checkpoint.every=1000 \
+        --config.progress=false > "$OUT/w_train.log" 2>&1
+      echo "train exit code $?" >&2
+      cp "$R/run/metrics.jsonl" "$OUT/w_metrics.jsonl"
+      $PY bench/step_phases.py "$R/run/metrics.jsonl" | tee "$OUT/w_phases.jsonl" ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done

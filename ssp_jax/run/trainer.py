@@ -29,6 +29,7 @@ from ssp_jax.quiet import logs_above_bars
 from ssp_jax.rl.config import BY_ROLE
 from ssp_jax.rl.roles import RoleTable
 from ssp_jax.rl.schedule import role_update_counts, run_updates, step_batch
+from ssp_jax.rollout import compiles
 from ssp_jax.run.components import Components
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,7 @@ def train(config, *, validate: Callable, build_fn: Callable[[Any], Components], 
 
 
 def _train_loop(config, build_fn, desc, postfix, stop: StopOnSignal) -> int:
+  compiles.install()   # each step's metrics count the XLA compiles it caused
   c = build_fn(config)
   stop.deferring = True
   start = c.start_step
@@ -223,9 +225,12 @@ def _train_loop(config, build_fn, desc, postfix, stop: StopOnSignal) -> int:
     for step in range(start, total):
       if stop.signum is not None:
         return _stopped(c, stop, step)
-      t0 = time.perf_counter()
+      t0, compiled0 = time.perf_counter(), compiles.snapshot()
       metrics, samples = train_one_step(c, step, key)
       metrics["time/step"] = time.perf_counter() - t0
+      n_compiled, compile_s, _ = compiles.since(compiled0)
+      metrics["compile/count"] = float(n_compiled)   # XLA programs this step compiled, and
+      metrics["time/compile"] = compile_s             # their seconds (ahead threads included)
       done = step + 1
       for rec in samples:
         rec["step"] = done
