@@ -96,6 +96,13 @@ class Tokenizer:
   def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
     return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
 
+  def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
+    """`encode` of each text, in one tokenizer call (a fast tokenizer encodes them in parallel)."""
+    if not texts:
+      return []
+    ids = self.hf(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
+    return [list(x) for x in ids]
+
   def chat_text(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
     if not self.hf.chat_template:
       raise ValueError("this tokenizer has no chat template: add `chat_template` to "

@@ -142,3 +142,27 @@ def test_decode_weights_fuse_unless_heads_are_split(model):
   assert RolloutEngine(cfg, tok, eng.cfg)._can_fuse()
   assert RolloutEngine(cfg, tok, eng.cfg, None, one)._can_fuse()
   assert not RolloutEngine(cfg, tok, eng.cfg, None, two)._can_fuse()
+
+
+def test_observations_tokenized_in_one_batch_equal_one_at_a_time(model):
+  """run_searches tokenizes a round's observations in batched calls (observations_ids); the ids
+  equal the one-at-a-time encoding, with and without the cut, the closing tag kept."""
+  from ssp_jax.rollout.observations import observations_ids
+  _, _, tok = model
+  docs = SmallBM25Retriever().search(["paris", "river", "the moon"], 3)
+  bodies = [pf.render_docs(d) for d in docs] + [pf.NO_QUERY]
+  caps = [0, 30, 10_000, 5]
+  one = []
+  for body, cap in zip(bodies, caps):
+    ids = tok.encode(pf.observation_text(body))
+    if 0 < cap < len(ids):
+      tail = tok.encode("\n" + pf.OBS_SUFFIX)
+      ids = tok.encode(pf.OBS_PREFIX + body)[:max(cap - len(tail), 0)] + tail
+    one.append(ids)
+  got = observations_ids(tok, bodies, caps)
+  assert got == one
+  tail = tok.encode("\n" + pf.OBS_SUFFIX)
+  assert len(got[0]) > 30 and len(got[1]) == 30 and got[1][-len(tail):] == tail
+  assert got[2] == tok.encode(pf.observation_text(bodies[2]))        # under its cap: uncut
+  assert tok.encode_batch([pf.observation_text(b) for b in bodies]) == \
+      [tok.encode(pf.observation_text(b)) for b in bodies]
