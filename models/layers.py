@@ -154,6 +154,12 @@ def fused_segment_attention(q_BTNH, k_BTKH, v_BTKH, segment_ids_BT, positions_BT
     return jax.nn.dot_product_attention(q_BTNH, k_BTKH, v_BTKH, mask=mask,
                                         implementation=impl_arg)
   from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
+  # cuDNN's backward pass leaves the gradients of q, k and v at tokens outside every segment
+  # unwritten (uninitialised memory: NaN on an H200, 2026-12-05), and the projections' weight
+  # gradients sum over every token. The select keeps only the segments' gradients.
+  real_BT11 = (segment_ids_BT > 0)[:, :, None, None]
+  q_BTNH, k_BTKH, v_BTKH = (jnp.where(real_BT11, x, jax.lax.stop_gradient(x))
+                            for x in (q_BTNH, k_BTKH, v_BTKH))
   N, H = q_BTNH.shape[2], q_BTNH.shape[3]
   G = N // k_BTKH.shape[2]
   k_BTNH = jnp.repeat(k_BTKH, G, axis=2) if G > 1 else k_BTKH
@@ -165,4 +171,4 @@ def fused_segment_attention(q_BTNH, k_BTKH, v_BTKH, segment_ids_BT, positions_BT
       mask_type=cudnn_fa.MaskType.PADDING_CAUSAL, qkv_layout="BTNH")
   # Padding tokens belong to no segment: whatever cuDNN leaves there is replaced (a select, so
   # even non-finite garbage neither reaches the loss nor the gradients).
-  return jnp.where((segment_ids_BT > 0)[:, :, None, None], out, jnp.zeros_like(out))
+  return jnp.where(real_BT11, out, jnp.zeros_like(out))
