@@ -135,3 +135,21 @@ def test_auto_decode_attention_resolves_per_backend(model, tags, monkeypatch):
   rc = get_rollout_config()
   eng = RolloutEngine(model[0], model[2], rc, SmallBM25Retriever())
   assert eng.cfg.decode_attention == "pallas" and rc.decode_attention == "auto"
+
+
+def test_auto_kv_layout_resolves_per_backend(model, monkeypatch):
+  """rollout.kv_layout="auto": the dense layout wherever decode attention is not the Pallas
+  kernels (a CPU), the paged layout with the paged kernel on a GPU; explicit layouts stay."""
+  from ssp_jax.rollout.config import get_rollout_config
+  from ssp_jax.rollout.engine import RolloutEngine
+  rc = get_rollout_config()
+  rc.kv_layout = "auto"
+  eng = RolloutEngine(model[0], model[2], rc, SmallBM25Retriever())
+  assert (eng.cfg.kv_layout, eng.cfg.decode_attention) == ("dense", "einsum")
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  eng = RolloutEngine(model[0], model[2], rc, SmallBM25Retriever())
+  assert (eng.cfg.kv_layout, eng.cfg.decode_attention) == ("paged", "pallas")
+  assert rc.kv_layout == "auto"
+  rc.kv_layout = "dense"
+  eng = RolloutEngine(model[0], model[2], rc, SmallBM25Retriever())
+  assert (eng.cfg.kv_layout, eng.cfg.decode_attention) == ("dense", "pallas")

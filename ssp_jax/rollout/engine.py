@@ -79,12 +79,16 @@ class RolloutEngine:
     # bytes of every id the model can sample (ids past the tokenizer's vocab have none)
     self._token_bytes = list(tokenizer.token_bytes) + [b""] * (
         model_cfg.vocab_size - tokenizer.vocab_size)
-    if str(self.cfg.decode_attention) == "auto":
+    if "auto" in (str(self.cfg.kv_layout), str(self.cfg.decode_attention)):
       self.cfg = self.cfg.copy_and_resolve_references()
       with self.cfg.unlocked():
-        self.cfg.decode_attention = self._auto_attention()
+        if str(self.cfg.kv_layout) == "auto":
+          self.cfg.kv_layout = "paged" if self._pallas_here() else "dense"
+        if str(self.cfg.decode_attention) == "auto":
+          self.cfg.decode_attention = "pallas" if self._pallas_here() else "einsum"
     if self.cfg.kv_layout not in ("dense", "paged"):
-      raise ValueError(f"rollout.kv_layout={self.cfg.kv_layout!r} unknown; use 'dense' or 'paged'")
+      raise ValueError(f"rollout.kv_layout={self.cfg.kv_layout!r} unknown; use 'dense', 'paged' "
+                       "or 'auto'")
     if self.cfg.kv_pool not in ("fixed", "grow"):
       raise ValueError(f"rollout.kv_pool={self.cfg.kv_pool!r} unknown; use 'fixed' or 'grow'")
     if int(self.cfg.tail_min_batch) < 0:
@@ -95,13 +99,14 @@ class RolloutEngine:
                        f"is {model_cfg.vocab_size}; use the tokenizer of this checkpoint")
 
   # -- public API ----------------------------------------------------------------------------
-  def _auto_attention(self) -> str:
-    """rollout.decode_attention="auto": the Pallas kernels on a GPU when no mesh axis splits the
-    rows or heads (on one H200: dense 1.23x the einsum step at 0.5B and 1.11x at 7B, paged the
-    fastest multi-turn layout; bench/RESULTS.md), else the batched GEMMs ("einsum"; "gather"
-    for the paged layout)."""
+  def _pallas_here(self) -> bool:
+    """Whether the "auto" settings take the Pallas kernels: on a GPU when no mesh axis splits
+    the rows or heads. Then decode_attention="auto" is "pallas" (else the batched GEMMs,
+    "einsum"; "gather" for the paged layout) and kv_layout="auto" is "paged" (else "dense").
+    On one H200 the dense kernel's step was 1.23x the einsum one at 0.5B and 1.11x at 7B, and
+    the paged layout with its kernel the fastest multi-turn one (bench/RESULTS.md)."""
     one = self._unsplit("act_batch", "q_heads", "kv_heads", "mlp")
-    return "pallas" if one and jax.default_backend() == "gpu" else "einsum"
+    return one and jax.default_backend() == "gpu"
 
   def _can_fuse(self) -> bool:
     """Fused q/k/v and gate/up decode weights (decode_step.decode_params) unless the heads or
