@@ -155,7 +155,8 @@ def fused_segment_attention(q_BTNH, k_BTKH, v_BTKH, segment_ids_BT, positions_BT
                                         implementation=impl_arg)
   from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
   # cuDNN's backward pass leaves the gradients of q, k and v at tokens outside every segment
-  # unwritten (uninitialised memory: NaN on an H200, 2026-12-05), and the projections' weight
+  # unwritten, we suspect (a real H200 step gave NaN grad norms, 2026-12-05; bench/cudnn_grad_check.py
+  # checks it), and the projections' weight
   # gradients sum over every token. The select keeps only the segments' gradients.
   real_BT11 = (segment_ids_BT > 0)[:, :, None, None]
   q_BTNH, k_BTKH, v_BTKH = (jnp.where(real_BT11, x, jax.lax.stop_gradient(x))
