@@ -1,4 +1,9 @@
-"""cuDNN packed attention: are the q/k/v gradients finite, and equal to the XLA path's?"""
+"""cuDNN packed attention: are the q/k/v gradients finite at padding tokens, and equal to the XLA
+path's at the segments? Prints one JSON line an implementation (unguarded cuDNN, the guarded
+`models.layers.fused_segment_attention`, XLA), then the relative differences. GPU only.
+
+  python bench/cudnn_grad_check.py
+"""
 import json, math, sys
 import jax, jax.numpy as jnp, numpy as np
 from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa

@@ -154,10 +154,10 @@ def fused_segment_attention(q_BTNH, k_BTKH, v_BTKH, segment_ids_BT, positions_BT
     return jax.nn.dot_product_attention(q_BTNH, k_BTKH, v_BTKH, mask=mask,
                                         implementation=impl_arg)
   from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
-  # cuDNN's backward pass leaves the gradients of q, k and v at tokens outside every segment
-  # unwritten, we suspect (a real H200 step gave NaN grad norms, 2026-12-05; bench/cudnn_grad_check.py
-  # checks it), and the projections' weight
-  # gradients sum over every token. The select keeps only the segments' gradients.
+  # We suspect cuDNN's backward pass leaves the q/k/v gradients of tokens outside every segment
+  # unwritten (a real H200 step gave NaN gradient norms, 2026-12-05; bench/cudnn_grad_check.py
+  # checks it); the projections' weight gradients sum over every token, so the select below
+  # keeps only the segments' gradients.
   real_BT11 = (segment_ids_BT > 0)[:, :, None, None]
   q_BTNH, k_BTKH, v_BTKH = (jnp.where(real_BT11, x, jax.lax.stop_gradient(x))
                             for x in (q_BTNH, k_BTKH, v_BTKH))

@@ -28,7 +28,9 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # (fused kernel, sampling/dense_pallas.py); paged: gather (pure
                                 # JAX, any backend) | pallas (GPU kernel)
   # --- KV layout (docs/rollout.md, "Paged KV cache") ---
-  c.kv_layout = "dense"         # dense: [L, B, K, S, H] rows | paged: a shared pool of pages
+  c.kv_layout = "dense"         # dense: [L, B, K, S, H] rows | paged: a shared pool of pages |
+                                # auto: paged where decode attention is the Pallas kernels (a
+                                # GPU, unsplit mesh), else dense
   c.page_size = 64              # paged: token slots per page
   c.kv_max_tokens = 0           # paged: pool cap in tokens (all rows together); 0 = batch_size x
                                 # (max_prompt + max_response + prefill_chunk), never preempts.

@@ -54,8 +54,9 @@ def observation_ids(tokenizer: Tokenizer, body: str, max_tokens: int) -> list[in
 def observations_ids(tokenizer: Tokenizer, bodies: Sequence[str],
                      max_tokens: Sequence[int]) -> list[list[int]]:
   """`observation_ids` of each body under its cap, in two batched tokenizer calls (the whole
-  observations, then the bodies of those over their cap): one call a text cost about 0.5 ms of
-  Python overhead each, three texts an observation, most of a search round's host time."""
+  observations, then the bodies of those over their cap) instead of up to three calls an
+  observation; tokenizing is most of a search round's host time (120 queries: 157 -> 98 ms on
+  a 2-core CPU)."""
   full = _encode_all(tokenizer, [pf.observation_text(b) for b in bodies])
   over = [i for i, (ids, m) in enumerate(zip(full, max_tokens)) if 0 < m < len(ids)]
   if over:
