@@ -132,19 +132,23 @@ for s in $STAGES; do
       done ;;
     w)    # the whole configs/ssp_small_h200.py step: MODEL (its GGUF), STEPS (default 6), a
           # BM25 index over the shipped sample, the warm start, then the steps; the run stops on
-          # SIGINT after T seconds (default 480; the step in flight ends and is checkpointed)
-      R=${ROOT:-/tmp/issue26_w}
+          # SIGINT after T seconds (default 480; the step in flight ends and is checkpointed).
+          # EXTRA: more --config flags (e.g. --config.rl.attn_impl=xla); TAG names the outputs
+          # (w${TAG}_*) and, with ROOT unset, the run folder, so two variants do not resume each other
+      R=${ROOT:-/tmp/issue26_w${TAG:-}}
+      W="w${TAG:-}"
       mkdir -p "$R"
       [ -f "$R/bm25/meta.json" ] || $PY -m ssp_jax index build --encoder bm25 \
-        --corpus retrieval/data/wiki_sample.jsonl.gz --out "$R/bm25" > "$OUT/w_index.log" 2>&1
+        --corpus retrieval/data/wiki_sample.jsonl.gz --out "$R/bm25" > "$OUT/${W}_index.log" 2>&1
+      # shellcheck disable=SC2086  # EXTRA is a list of flags
       SSP_JAX_CACHE=${SSP_JAX_CACHE:-$R/cache} timeout -s INT -k 60 "${T:-480}" \
         $PY -m ssp_jax train --config "configs/ssp_small_h200.py:root=$R" \
         --config.model.path="${MODEL:?stage w needs MODEL, the GGUF}" \
         --config.total_steps="${STEPS:-6}" --config.checkpoint.every=1000 \
-        --config.progress=false > "$OUT/w_train.log" 2>&1
-      echo "train exit code $?" >&2
-      cp "$R/run/metrics.jsonl" "$OUT/w_metrics.jsonl"
-      $PY bench/step_phases.py "$R/run/metrics.jsonl" | tee "$OUT/w_phases.jsonl" ;;
+        --config.progress=false ${EXTRA:-} > "$OUT/${W}_train.log" 2>&1
+      echo "train ($W) exit code $?" >&2
+      cp "$R/run/metrics.jsonl" "$OUT/${W}_metrics.jsonl"
+      $PY bench/step_phases.py "$R/run/metrics.jsonl" | tee "$OUT/${W}_phases.jsonl" ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done
