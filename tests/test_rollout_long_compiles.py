@@ -119,3 +119,27 @@ def test_piece_parts_cover_every_piece_in_order_with_three_sizes():
       pad = sum(s for _, s in parts) - n
       assert pad <= max(parts[-1][1] // 4, min(sizes) - 1), (cap, n, parts)
   assert [s for _, s in piece_parts(37, 64)] == [16, 16, 4, 4]
+
+
+def test_a_call_that_fits_an_earlier_fixed_pool_takes_it_and_compiles_nothing():
+  """rollout.kv_pool_reuse: the RAG verifier's calls differ in their prompts' lengths, so their
+  fixed pools landed on another `pool_pages` size now and then, and each new size recompiled
+  every program of the call (step 3 of configs/ssp_small_h200.py on an H200: 16 programs,
+  37 s). A later call whose rows fit the pool of an earlier call of the same slots takes it:
+  no compile, the same greedy tokens as its own smaller pool."""
+  params = models.init_params(CFG, jax.random.key(0))
+  prompts = _prompts(4)
+  eng = _engine(4)
+  _, first = eng.generate(params, prompts, jax.random.key(1), max_new_tokens=200,
+                          use_search=False, temperature=0.0)
+  budgets = [150, 120, 100, 60]
+  trajs, again = eng.generate(params, prompts, jax.random.key(2), max_new_tokens=budgets,
+                              use_search=False, temperature=0.0)
+  assert again["kv_pool_pages"] == first["kv_pool_pages"] == 224 and again["kv_pool_reused"] == 1
+  assert again["compiles"] == 0, again["compiled_functions"]
+  own = _engine(4, kv_pool_reuse=False)
+  mine, alone = own.generate(params, prompts, jax.random.key(2), max_new_tokens=budgets,
+                             use_search=False, temperature=0.0)
+  assert alone["kv_pool_pages"] == pool_pages(1 + sum(-(-(12 + b) // 4) for b in budgets)) < 224
+  assert "kv_pool_reused" not in alone
+  assert [t.response_ids for t in trajs] == [t.response_ids for t in mine]

@@ -40,6 +40,9 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # longest (capped by kv_max_tokens), one shape, few compiles |
                                 # grow = from batch_size x cache_min_len, doubling as rows need
                                 # (less memory when rows end well short of their budgets)
+  c.kv_pool_reuse = True        # paged, fixed pool: a call that fits a pool an earlier call of
+                                # the same slots compiled for takes that pool (no recompile,
+                                # no more memory than that call held); False: each call's own
   c.compile_ahead = -1          # paged, fixed pool: compile the call's prefill and decode
                                 # programs on this many host threads before they are needed
                                 # (rollout/ahead.py); -1 = auto: up to 4 on a GPU/TPU, off on a

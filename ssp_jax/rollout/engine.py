@@ -76,6 +76,7 @@ class RolloutEngine:
     self.dtype = jnp.dtype(self.cfg.dtype)
     self.cache_dtype = jnp.dtype(self.cfg.cache_dtype)
     self._tables: dict[tuple[str, ...], S.StopTables] = {}   # a cache, the same for every call
+    self._pool_sizes: dict[tuple[int, int, int], int] = {}   # fixed pools so far (slots.py)
     # bytes of every id the model can sample (ids past the tokenizer's vocab have none)
     self._token_bytes = list(tokenizer.token_bytes) + [b""] * (
         model_cfg.vocab_size - tokenizer.vocab_size)
@@ -188,7 +189,8 @@ class RolloutEngine:
     steps = int(c.steps_per_call)  # fixed: one compiled loop whatever max_new_tokens is
     cap = int(c.max_prompt_tokens) + max_new + int(c.prefill_chunk) + 1
     slots = call.slots = SlotPlanner(c, self.model_cfg, self.sharder, self.cache_dtype,
-                                     batch_size(c, self.sharder, n), cap, steps, stats)
+                                     batch_size(c, self.sharder, n), cap, steps, stats,
+                                     self._pool_sizes)
     st = slots.init_state(tables.prefix_VM.shape[1], [len(r.pending) + r.budget for r in queue])
     # fused q/k/v and gate/up GEMMs when unsharded (decode_step.decode_params)
     dparams = S.make_decode_params(self.model_cfg, params, self.dtype, self._can_fuse())

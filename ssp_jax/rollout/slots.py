@@ -35,9 +35,12 @@ class SlotPlanner:
   """The slots of one `generate` call: B of them, sequences of at most `cap` tokens."""
 
   def __init__(self, cfg, model_cfg: ModelConfig, sharder: Optional[Sharder], cache_dtype,
-               B: int, cap: int, steps: int, stats: collections.Counter):
+               B: int, cap: int, steps: int, stats: collections.Counter,
+               pool_sizes: Optional[dict] = None):
     self.cfg, self.model_cfg, self.sharder, self.cache_dtype = cfg, model_cfg, sharder, cache_dtype
     self.B, self.cap, self.steps, self.stats = B, cap, steps, stats
+    # fixed pools of earlier calls, {(B, table columns): pages} (rollout.kv_pool_reuse)
+    self.pool_sizes = pool_sizes
     self.paged = cfg.kv_layout == "paged"
     self.alloc: Optional[PageAllocator] = None
     self.admitted = 0
@@ -58,11 +61,29 @@ class SlotPlanner:
       first = min(max_pages, 1 + -(-self.B * int(c.cache_min_len) // ps))
     else:   # "fixed": the B longest rows at their longest at once, so the pool never grows
       need = 1 + sum(sorted(-(-int(t) // ps) for t in row_tokens)[-self.B:])
-      first = max_pages = min(max_pages, pool_pages(need))
+      first = min(max_pages, pool_pages(need))
+      first = max_pages = self._reuse_pool(first, (self.B, cols),
+                                           max_pages if int(c.kv_max_tokens) else None)
     self.alloc = PageAllocator(self.B, ps, cols, max(first, 2), max(max_pages, 2))
     self.stats["kv_pool_pages"] = self.alloc.num_pages
     return S.init_paged_state(self.model_cfg, self.B, self.alloc.num_pages, ps, 1, window,
                               self.cache_dtype, self.sharder)
+
+  def _reuse_pool(self, pages: int, key: tuple, limit: Optional[int]) -> int:
+    """A fixed pool of `pages`, or the largest one an earlier call with the same slots and table
+    columns compiled for (rollout.kv_pool_reuse), within `limit` (rollout.kv_max_tokens' pages,
+    when set): its prefill and decode programs are compiled already, and the memory is what
+    that call held. Calls whose prompts differ (the RAG verifier's documents) otherwise land on
+    another of pool_pages' sizes now and then, and each new size recompiles every program of
+    the call (16 programs, 37 s of one step of configs/ssp_small_h200.py on an H200)."""
+    if self.pool_sizes is None or not self.cfg.get("kv_pool_reuse", True):
+      return pages
+    seen = self.pool_sizes.get(key, 0)
+    if pages <= seen and (limit is None or seen <= limit):
+      self.stats["kv_pool_reused"] = 1
+      return seen
+    self.pool_sizes[key] = max(seen, pages)
+    return pages
 
   # -- admission -------------------------------------------------------------------------------
   def admit(self, rows: list[Optional[Row]], queue: collections.deque) -> None:
