@@ -154,10 +154,11 @@ def fused_segment_attention(q_BTNH, k_BTKH, v_BTKH, segment_ids_BT, positions_BT
     return jax.nn.dot_product_attention(q_BTNH, k_BTKH, v_BTKH, mask=mask,
                                         implementation=impl_arg)
   from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
-  # We suspect cuDNN's backward pass leaves the q/k/v gradients of tokens outside every segment
-  # unwritten (a real H200 step gave NaN gradient norms, 2026-12-05; bench/cudnn_grad_check.py
-  # checks it); the projections' weight gradients sum over every token, so the select below
-  # keeps only the segments' gradients.
+  # cuDNN's backward pass leaves non-finite q gradients at tokens outside every segment (on an
+  # H200, 2026-12-05: 804 of them in bench/cudnn_grad_check.py's rows, and a whole
+  # ssp_small_h200 step with NaN gradient norms); the projections' weight gradients sum over
+  # every token, so the select below keeps only the segments' gradients (then finite, and equal
+  # to the XLA path's within bf16).
   real_BT11 = (segment_ids_BT > 0)[:, :, None, None]
   q_BTNH, k_BTKH, v_BTKH = (jnp.where(real_BT11, x, jax.lax.stop_gradient(x))
                             for x in (q_BTNH, k_BTKH, v_BTKH))
