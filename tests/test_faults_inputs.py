@@ -141,6 +141,37 @@ def test_damaged_entry_goes_on_to_train_after_the_cache_check(tmp_path, monkeypa
   assert "treating it as a cache miss" in capsys.readouterr().err
 
 
+def test_a_cached_warm_start_whose_loss_stayed_flat_is_named(tmp_path, monkeypatch, capsys):
+  """The 2026-12-05 cuDNN fault left a warm start at loss 1.4508 -> 1.4483 that the run took
+  silently; a cached entry like it is now named, with the way to train it again."""
+  monkeypatch.setenv("SSP_JAX_CACHE", str(tmp_path / "cache"))
+  config = CL.load_config_file(TINY)
+  entry = tmp_path / "cache" / "warmstart" / W.cache_key(config)
+  entry.mkdir(parents=True)
+  (entry / "config.json").write_text("{}")
+  (entry / "warmstart.json").write_text(json.dumps(
+      {"demos": {"proposer": 1}, "epoch_loss": [1.4508, 1.4483], "version": W.VERSION}))
+  monkeypatch.setattr(models.hf_io, "load_hf_checkpoint", lambda *a, **k: (None, {"w": 1}))
+  assert W.warm_params(config, None, {"w": 0}, None, None, dtype="float32") == {"w": 1}
+  err = capsys.readouterr().err
+  assert "did not fall (1.4508 -> 1.4483" in err and "delete the entry" in err, err
+  (entry / "warmstart.json").write_text(json.dumps(
+      {"demos": {"proposer": 1}, "epoch_loss": [0.4061, 0.0345], "version": W.VERSION}))
+  W.warm_params(config, None, {"w": 0}, None, None, dtype="float32")
+  assert "WARNING" not in capsys.readouterr().err
+
+
+def test_cudnn_warm_starts_have_their_own_cache_entries():
+  """Entries trained with cuDNN before its padding-gradient fix are not reused."""
+  config = CL.load_config_file(TINY)
+  keys = {}
+  for impl in ("xla", "cudnn"):
+    with config.unlocked():
+      config.rl.attn_impl = impl
+    keys[impl] = W.cache_key(config)
+  assert keys["xla"] != keys["cudnn"]
+
+
 # -- answer sets (SSP): bad lines are counted ----------------------------------------------------
 def test_answer_lines_nan_infinity_empty_and_deep_nesting_are_counted(tmp_path):
   p = tmp_path / "a.jsonl"

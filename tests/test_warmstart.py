@@ -230,3 +230,30 @@ def test_train_layers_freezes_the_layers_below(setup):
     np.testing.assert_array_equal(np.asarray(w[:top]), np.asarray(params["layers"][name][:top]))
   assert any(not np.array_equal(np.asarray(w[top:]), np.asarray(params["layers"][k][top:]))
              for k, w in warm["layers"].items())
+
+
+def test_non_finite_batches_are_skipped_and_all_of_them_is_an_error(setup):
+  """A non-finite loss or gradient leaves the params untouched (as the RL step does); a warm
+  start whose every batch is non-finite raises, naming the settings to try, instead of handing
+  an untrained policy to the run."""
+  cfg, params, trajs, *_ = _sft_inputs(setup, 4)
+  bad = jax.tree.map(lambda x: x, params)
+  bad["final_norm"] = bad["final_norm"].at[0].set(jnp.nan)
+  with pytest.raises(FloatingPointError, match="all .* batches.*rl.attn_impl=xla"):
+    sft(cfg, bad, trajs, epochs=1, lr=3e-3, batch_size=2, max_len=2048, progress=False)
+
+
+def test_a_flat_warm_start_loss_is_named():
+  from ssp_jax.ssp.warmstart.sft import learned
+  assert learned([0.4061, 0.0345]) is None and learned([0.9]) is None
+  msg = learned([1.4508, 1.4483])          # the 2026-12-05 cuDNN fault's warm start
+  assert msg and "did not fall" in msg and "rl.attn_impl=xla" in msg
+  assert learned([float("nan"), float("nan")])
+
+
+def test_zero_lr_warm_start_is_flat(setup):
+  from ssp_jax.ssp.warmstart.sft import learned
+  cfg, params, trajs, *_ = _sft_inputs(setup, 4)
+  _, epoch_loss = sft(cfg, params, trajs, epochs=2, lr=0.0, batch_size=2, max_len=2048,
+                      progress=False)
+  assert learned(epoch_loss) is not None

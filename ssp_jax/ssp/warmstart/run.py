@@ -30,7 +30,7 @@ import models
 from models.cache import cache_root, ensure_writable, write_failed
 from ssp_jax.eval.data import builtin_path
 from ssp_jax.ssp.warmstart import demos as demos_lib
-from ssp_jax.ssp.warmstart.sft import sft
+from ssp_jax.ssp.warmstart.sft import learned, sft
 
 log = logging.getLogger(__name__)
 VERSION = 3      # bump when the demonstrations or the SFT change meaning
@@ -62,8 +62,11 @@ def cache_key(config) -> str:
            config.ssp.default_hops, config.rl.compute_dtype, config.ssp.rag.noise_docs,
            config.ssp.rag.enabled)
   from ssp_jax.rl.step import resolve_attn_impl
-  if resolve_attn_impl(config.rl.attn_impl) == "blocked":   # the same SFT up to rounding
+  attn = resolve_attn_impl(config.rl.attn_impl)
+  if attn == "blocked":   # the same SFT up to rounding
     parts += (("attn", "blocked", int(config.rl.attn_chunk)),)
+  elif attn == "cudnn":   # entries trained before the padding-gradient fix (models/layers.py,
+    parts += (("attn", "cudnn-padding-guarded"),)   # 2026-12-05) learned nothing: not reused
   if config.warmstart.get("demos", "blank") == "world":   # the world's files, not the shipped ones
     world_dir = config.ssp.get("world_dir", "")
     parts += tuple(_digest(os.path.join(world_dir, f))
@@ -142,6 +145,9 @@ def warm_params(config, model_cfg: models.ModelConfig, params, tokenizer, retrie
                      "model.path at the directory it prints")
   out = os.path.join(cache_root(), "warmstart", cache_key(config))
   meta = read_meta(out)
+  if meta is not None and learned(meta["epoch_loss"]):   # a cached entry that learned nothing
+    print(f"WARNING (the cached entry {out}): {learned(meta['epoch_loss'])}; delete the entry "
+          "to train it again", file=sys.stderr)
   if meta is None:
     ensure_writable(os.path.dirname(out), _checkpoint_bytes(params), "the warm start")
     _train_and_save(config, model_cfg, params, tokenizer, retriever, out)
@@ -219,6 +225,10 @@ def _train_and_save(config, model_cfg, params, tokenizer, retriever, out: str) -
     raise write_failed(os.path.dirname(out), failed, "the warm start")
   print(f"warm start done: loss per epoch {meta['epoch_loss']} ({meta['sft_s']} s)",
         file=sys.stderr)
+  flat = learned(epoch_loss)
+  if flat:
+    print(f"WARNING: {flat} (the entry {out} is kept: delete it to train it again)",
+          file=sys.stderr)
 
 
 def _save(out: str, model_cfg, warm, tokenizer, meta: dict):
