@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
                       format="%(asctime)s %(levelname)s %(name)s: %(message)s")
   logging.getLogger("absl").setLevel(logging.WARNING)
   game = games.game_of(config)   # its evaluation (docs/eval.md; docs/svs.md for SvS)
+  from ssp_jax import compile_cache
+  compile_cache.enable(config.get("compile_cache", "auto"))   # before the first compile
   try:
     specs = _with_world(config, specs)
   except (OSError, ValueError, ImportError, RuntimeError) as e:

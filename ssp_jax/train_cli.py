@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
   logging.getLogger("absl").setLevel(logging.WARNING)   # orbax is chatty at INFO
   if config.distributed:
     start_distributed()
+  from ssp_jax import compile_cache
+  compile_cache.enable(config.get("compile_cache", "auto"))   # before the first compile
   import jax
   try:
     prepare_workdir(config, write=jax.process_index() == 0)  # other hosts share the workdir

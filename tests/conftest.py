@@ -12,6 +12,9 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The CLIs turn JAX's persistent compilation cache on (`compile_cache`, ssp_jax/compile_cache.py);
+# tests that call them in this process must not write into the user's cache directory.
+os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 
 # Keep CPU test runs deterministic and quiet.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

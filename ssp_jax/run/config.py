@@ -19,6 +19,9 @@ def base_run_config() -> ml_collections.ConfigDict:
   c.tensorboard = True          # TensorBoard events under workdir/tb
   c.progress = True             # tqdm progress bar on stderr
   c.distributed = False         # multi-host: call jax.distributed.initialize() first
+  c.compile_cache = "auto"      # JAX's persistent compilation cache (ssp_jax/compile_cache.py):
+                                # auto = $SSP_JAX_CACHE/xla/<backend, CPU flags>; "" = off;
+                                # else a directory. A resumed or repeated run loads its programs
 
   c.model = ml_collections.ConfigDict()
   c.model.path = ""             # HF dir or .gguf; "" = embedded SmolLM2-135M-Instruct GGUF
