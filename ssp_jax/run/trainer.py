@@ -228,9 +228,12 @@ def _train_loop(config, build_fn, desc, postfix, stop: StopOnSignal) -> int:
       t0, compiled0 = time.perf_counter(), compiles.snapshot()
       metrics, samples = train_one_step(c, step, key)
       metrics["time/step"] = time.perf_counter() - t0
-      n_compiled, compile_s, _ = compiles.since(compiled0)
+      n_compiled, compile_s, compiled_names = compiles.since(compiled0)
       metrics["compile/count"] = float(n_compiled)   # XLA programs this step compiled, and
       metrics["time/compile"] = compile_s             # their seconds (ahead threads included)
+      if n_compiled and step > start:   # a later step that compiles is a cost worth naming
+        log.info("step %d compiled %d programs (%.1f s): %s", step + 1, n_compiled, compile_s,
+                 ", ".join(f"{k} x{v}" for k, v in sorted(compiled_names.items())))
       done = step + 1
       for rec in samples:
         rec["step"] = done
