@@ -123,10 +123,11 @@ def test_piece_parts_cover_every_piece_in_order_with_three_sizes():
 
 def test_a_call_that_fits_an_earlier_fixed_pool_takes_it_and_compiles_nothing():
   """rollout.kv_pool_reuse: the RAG verifier's calls differ in their prompts' lengths, so their
-  fixed pools landed on another `pool_pages` size now and then, and each new size recompiled
-  every program of the call (step 3 of configs/ssp_small_h200.py on an H200: 16 programs,
-  37 s). A later call whose rows fit the pool of an earlier call of the same slots takes it:
-  no compile, the same greedy tokens as its own smaller pool."""
+  fixed pools land on another `pool_pages` size now and then, and each new size recompiles
+  every program of the call (likely the 16 programs, 37 s, of the RAG check at step 3 of
+  configs/ssp_small_h200.py on an H200). A later call whose rows fit the pool of an earlier
+  call of the same slots takes it: no compile, the same greedy tokens as its own smaller
+  pool."""
   params = models.init_params(CFG, jax.random.key(0))
   prompts = _prompts(4)
   eng = _engine(4)

@@ -75,7 +75,8 @@ class SlotPlanner:
     when set): its prefill and decode programs are compiled already, and the memory is what
     that call held. Calls whose prompts differ (the RAG verifier's documents) otherwise land on
     another of pool_pages' sizes now and then, and each new size recompiles every program of
-    the call (16 programs, 37 s of one step of configs/ssp_small_h200.py on an H200)."""
+    the call (likely the 16 programs, 37 s, of the RAG check at step 3 of
+    configs/ssp_small_h200.py on an H200)."""
     if self.pool_sizes is None or not self.cfg.get("kv_pool_reuse", True):
       return pages
     seen = self.pool_sizes.get(key, 0)
