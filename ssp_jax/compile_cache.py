@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import tempfile
 from typing import Optional
 
 ENV = "JAX_COMPILATION_CACHE_DIR"
@@ -54,8 +55,8 @@ def resolve(setting: str, backend: str) -> Optional[str]:
 def enable(setting: str) -> Optional[str]:
   """Turns the cache on for this process (before the first compile); returns its directory, or
   None when off (or when `JAX_COMPILATION_CACHE_DIR` already chose one: JAX reads that itself).
-  A directory that cannot be created turns the cache off with one warning line: a cache must
-  never stop a run."""
+  A directory that cannot be created or written to turns the cache off with one warning line:
+  a cache must never stop a run."""
   import sys
 
   import jax
@@ -64,10 +65,12 @@ def enable(setting: str) -> Optional[str]:
   path = resolve(setting, jax.default_backend())
   if path is None:
     return None
-  try:
+  try:   # made and written to once here: JAX would warn at every program it cannot store
     os.makedirs(path, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
+      pass
   except OSError as e:
-    print(f"warning: compile_cache={setting!r}: cannot create {path} ({e.strerror or e}); "
+    print(f"warning: compile_cache={setting!r}: cannot write to {path} ({e.strerror or e}); "
           "running without the compilation cache (set compile_cache to another directory, or "
           "'' to silence this)", file=sys.stderr)
     return None
