@@ -39,7 +39,9 @@ def test_loss_positions_update_equals_scoring_every_position(kw):
   assert len(got) == len(want) >= 1
   for g, w in zip(got, want):
     for k in ("loss", "pg_loss", "kl_loss", "entropy", "ppo_kl", "grad_norm", "loss_tokens"):
-      np.testing.assert_allclose(g[k], w[k], rtol=1e-5, atol=1e-7, err_msg=k)
+      # ppo_kl is a mean of log-prob differences (log-probs ~ -10): fp32 rounding ~1e-6
+      np.testing.assert_allclose(g[k], w[k], rtol=1e-5, atol=1e-6 if k == "ppo_kl" else 1e-7,
+                                 err_msg=k)
   assert any(abs(g["loss"]) > 1e-4 for g in got)   # the update did something
   # Adam moves a weight by ~lr whatever its gradient's size, so a gradient within rounding of 0
   # may step either way: the params to lr / 100 (rl_cfg's lr is 1e-2)
