@@ -28,7 +28,7 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # (fused kernel, sampling/dense_pallas.py); paged: gather (pure
                                 # JAX, any backend) | pallas (GPU kernel)
   # --- KV layout (docs/rollout.md, "Paged KV cache") ---
-  c.kv_layout = "dense"         # dense: [L, B, K, S, H] rows | paged: a shared pool of pages |
+  c.kv_layout = "auto"          # dense: [L, B, K, S, H] rows | paged: a shared pool of pages |
                                 # auto: paged where decode attention is the Pallas kernels (a
                                 # GPU, unsplit mesh), else dense
   c.page_size = 64              # paged: token slots per page
