@@ -27,6 +27,11 @@
 #       times a step from metrics.jsonl (bench/step_phases.py)
 #   p   the packed updates of u (rows of 4,096) and f (dots, micro-batch 8) with the output
 #       projection at the loss tokens only against every position (rl.logprob_positions)
+#   pa  the paged prefill alone (bench/prefill_mfu.py): error of each rollout.prefill_attention
+#       against fp32 at 0.5B, then the 7B program's FLOP rate against the measured GEMM rate;
+#       then m7's paged run with each prefill attention (PA: the list, default "cudnn xla")
+#   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000) with each prefill
+#       attention in PA: peak memory against weights + KV (compiled ahead: AHEAD, default -1)
 # Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
 # directory, default /tmp/issue26_prof: traces are many files, so not under OUT), T (seconds a
 # run may take, default 240).
@@ -149,6 +154,21 @@ for s in $STAGES; do
       echo "train ($W) exit code $?" >&2
       cp "$R/run/metrics.jsonl" "$OUT/${W}_metrics.jsonl"
       $PY bench/step_phases.py "$R/run/metrics.jsonl" | tee "$OUT/${W}_phases.jsonl" ;;
+    pa)
+      T=${T:-150} run pa_check_0p5b $PY bench/prefill_mfu.py --preset qwen2.5-0.5b --columns 32 \
+        --check --repeats 5
+      T=${T:-200} run pa_mfu_7b $PY bench/prefill_mfu.py --preset qwen2.5-7b --columns 32
+      for pa in ${PA:-cudnn xla}; do
+        T=${T:-270} run pa_m7_paged_$pa $B --presets qwen2.5-7b --kv-layout paged --no-single \
+          --multiturn --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
+          --decode-attention pallas --prefill-attention $pa
+      done ;;
+    la)
+      for pa in ${PA:-cudnn xla}; do
+        T=${T:-330} run la_paged_8192_cap1m_$pa $B --presets qwen2.5-0.5b --kv-layout paged \
+          --no-single --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 \
+          --repeats 1 --kv-max-tokens 1000000 --compile-ahead ${AHEAD:--1} --prefill-attention $pa
+      done ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done

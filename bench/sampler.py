@@ -157,6 +157,7 @@ def _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens):
   if TAIL_MIN_BATCH is not None:
     rc.tail_min_batch = TAIL_MIN_BATCH
   rc.compile_ahead = COMPILE_AHEAD
+  rc.prefill_attention = PREFILL_ATTN
   return RolloutEngine(cfg, SyntheticTokenizer(cfg.vocab_size), rc, SmallBM25Retriever())
 
 
@@ -165,6 +166,27 @@ PROFILE = ""    # --profile DIR: one more run of each measurement under the JAX 
 FUSE = True     # --fuse: one q/k/v and one gate/up GEMM a layer (the engine's unsharded default)
 TAIL_MIN_BATCH = None   # --tail-min-batch (None: the rollout config's default)
 COMPILE_AHEAD = -1      # --compile-ahead: rollout.compile_ahead (-1 auto, 0 off, N threads)
+PREFILL_ATTN = "auto"   # --prefill-attention: rollout.prefill_attention (paged prefill)
+
+
+def layer_matmul_flops(cfg) -> float:
+  """FLOPs a token of the decoder layers' projections (q/k/v/o and the MLP): 2 x their weights.
+  The embedding lookup and the lm_head are not run by a prefill; attention is left out."""
+  D, F, H = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+  per_layer = D * H * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + 3 * D * F
+  return 2.0 * cfg.num_layers * per_layer
+
+
+def prefill_rates(cfg, stats: dict) -> dict:
+  """The engine's prefill in model TFLOP/s of its projections (the `prefill_s` timer holds the
+  device time of every prefill call, prompts and observations, and the host work between them):
+  of the real tokens, and of the computed ones (padding of pieces and of calls included)."""
+  s = float(stats.get("prefill_s", 0.0))
+  if s <= 0:
+    return {}
+  f = layer_matmul_flops(cfg)
+  return {"prefill_tflop_s_real": round(f * stats.get("prefill_tokens", 0) / s / 1e12, 1),
+          "prefill_tflop_s_computed": round(f * stats.get("prefill_computed", 0) / s / 1e12, 1)}
 
 
 def _profiled(tag: str, fn) -> None:
@@ -216,7 +238,9 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
   return {"bench": "sampler_multi_turn", "model": name, "batch": B, "prompts": n_prompts,
           "prompt_len": P, "max_response_tokens": max_new, "max_obs_tokens": max_obs,
           "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
-          "kv_layout": layout, "decode_attention": eng.cfg.decode_attention, **res,
+          "kv_layout": layout, "decode_attention": eng.cfg.decode_attention,
+          "prefill_attention": eng.cfg.get("prefill_attention", "xla"), **res,
+          **prefill_rates(cfg, res["engine_stats"]),
           "single_turn_decode_tok_s": single_tok_s,
           "vs_single_turn": round(res["policy_tok_s"] / single_tok_s, 3),
           "vs_single_turn_excl_compile": round(res["policy_tok_s_excl_compile"] / single_tok_s,
@@ -240,7 +264,9 @@ def paper_step(name, cfg, B, P, dtype, max_obs, layout, kv_max_tokens, a):
           "max_response_tokens": a.step_max_new, "budget_tokens": int(sum(lens)),
           "max_obs_tokens": max_obs, "dtype": str(jnp.dtype(dtype)),
           "device": jax.devices()[0].device_kind, "kv_layout": layout,
-          "decode_attention": eng.cfg.decode_attention, "rollout_s": res.pop("wall_s"), **res}, eng
+          "decode_attention": eng.cfg.decode_attention,
+          "prefill_attention": eng.cfg.get("prefill_attention", "xla"),
+          **prefill_rates(cfg, res["engine_stats"]), "rollout_s": res.pop("wall_s"), **res}, eng
 
 
 def memory_line(name, cfg, dtype, eng, after: str, engine_stats: dict):
@@ -445,13 +471,15 @@ def main(argv=None) -> int:
   p.add_argument("--profile", default="", metavar="DIR",
                  help="also run each measurement once more under the JAX profiler, writing a "
                       "perfetto trace under DIR (read it with bench/trace_summary.py)")
+  p.add_argument("--prefill-attention", default="auto",
+                 help="rollout.prefill_attention of the engine runs: auto | xla | cudnn")
   p.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
                  help="multi-turn / paper step: an untimed identical run first (compiles); "
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
-  global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE, COMPILE_AHEAD
+  global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE, COMPILE_AHEAD, PREFILL_ATTN
   WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE = a.warmup, a.profile, a.tail_min_batch, a.fuse
-  COMPILE_AHEAD = a.compile_ahead
+  COMPILE_AHEAD, PREFILL_ATTN = a.compile_ahead, a.prefill_attention
   if a.prng:
     jax.config.update("jax_default_prng_impl", a.prng)
   PAGED_ATTN = a.paged_attention or ("pallas" if jax.default_backend() == "gpu" else "gather")

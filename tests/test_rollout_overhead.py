@@ -153,3 +153,33 @@ def test_auto_kv_layout_resolves_per_backend(model, monkeypatch):
   rc.kv_layout = "dense"
   eng = RolloutEngine(model[0], model[2], rc, SmallBM25Retriever())
   assert (eng.cfg.kv_layout, eng.cfg.decode_attention) == ("dense", "pallas")
+
+
+def test_auto_prefill_attention_resolves_per_backend_and_dtype(model, monkeypatch):
+  """rollout.prefill_attention="auto": the stored-scores XLA path on a CPU, cuDNN's flash
+  kernel on an unsplit GPU at bf16/fp16 compute (cuDNN takes no fp32), xla at fp32 there; an
+  unknown name is refused naming the field."""
+  import pytest
+  from ssp_jax.rollout.config import get_rollout_config
+  from ssp_jax.rollout.engine import RolloutEngine
+  rc = get_rollout_config()
+  assert rc.prefill_attention == "auto"
+  assert RolloutEngine(model[0], model[2], rc, SmallBM25Retriever()).cfg.prefill_attention == "xla"
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert RolloutEngine(model[0], model[2], rc,
+                       SmallBM25Retriever()).cfg.prefill_attention == "cudnn"
+  rc.dtype = "float32"
+  assert RolloutEngine(model[0], model[2], rc, SmallBM25Retriever()).cfg.prefill_attention == "xla"
+  assert rc.prefill_attention == "auto"
+  rc.prefill_attention = "flash"
+  with pytest.raises(ValueError, match="rollout.prefill_attention='flash'"):
+    RolloutEngine(model[0], model[2], rc, SmallBM25Retriever())
+
+
+def test_unknown_prefill_attention_impl_is_refused():
+  import pytest
+  from ssp_jax.sampling.paged_prefill import slots_attention
+  q = jnp.zeros((1, 2, 4, 8))
+  kv = jnp.zeros((1, 2, 4, 8))
+  with pytest.raises(ValueError, match="prefill attention 'flash' unknown"):
+    slots_attention(q, kv, kv, jnp.ones((1, 2, 4), bool), "flash")

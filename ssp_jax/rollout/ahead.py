@@ -169,7 +169,7 @@ def widths_upto(pages: int, columns: int) -> list[int]:
 
 
 def plan_paged(ahead: CompileAhead, *, model_cfg, st, dparams, tables, eos_E, key, sampling,
-               dtype, sharder, attn_impl: str, steps: int, columns: int, max_row_tokens: int,
+               dtype, sharder, attn_impl: str, prefill_attn: str, steps: int, columns: int, max_row_tokens: int,
                page_size: int, piece: int, piece_sizes: list[int], batches: list[int],
                first_width: int, first_sizes: list[int], prefill_fn: Callable,
                decode_fn: Callable) -> None:
@@ -187,7 +187,7 @@ def plan_paged(ahead: CompileAhead, *, model_cfg, st, dparams, tables, eos_E, ke
   def prefill(n: int, w: int, urgent: bool = False) -> None:
     ahead.submit(("prefill", n, w), prefill_fn, model_cfg, pools_k, pools_v, dspec,
                  host_spec((n, w), i32), host_spec((n, piece), i32), host_spec((n,), i32),
-                 dtype=dtype, sharder=sharder, urgent=urgent)
+                 dtype=dtype, sharder=sharder, attn_impl=prefill_attn, urgent=urgent)
 
   tok, pos, win = spec(st.tok_B), spec(st.pos_B), spec(st.window_BM)
   fixed_width = attn_impl == "pallas"     # the Pallas kernel gets the whole table

@@ -17,6 +17,10 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # many tokens, a row's pieces in one call (rollout/prefill.py)
   c.prefill_tokens = 4096       # paged: most tokens (pieces x prefill_piece) a prefill call
                                 # computes; bounds its activations and attention scores
+  c.prefill_attention = "auto"  # paged prefill's attention over the rows' slots: xla (scores
+                                # stored in fp32, any backend) | cudnn (flash, no scores; GPU) |
+                                # auto: cudnn where decode attention is the Pallas kernels (a
+                                # GPU, unsplit mesh), else xla
   c.steps_per_call = 256        # decode steps per jitted call (the host services rows between)
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
   c.tail_min_batch = 16         # no prompt queued and at most half the slots in use: the batch

@@ -31,6 +31,7 @@ from ssp_jax import prompts_format as pf
 from ssp_jax import sampling as S
 from ssp_jax.rollout import ahead as ahead_mod, compiles, stats as rstats
 from ssp_jax.rollout.config import get_rollout_config
+from ssp_jax.sampling.paged_prefill import PREFILL_ATTN
 from ssp_jax.rollout.prefill import piece_parts, piece_sizes, prefill_pending
 from ssp_jax.rollout.rows import Row, put
 from ssp_jax.rollout.search_tool import SearchTool
@@ -87,6 +88,14 @@ class RolloutEngine:
           self.cfg.kv_layout = "paged" if self._pallas_here() else "dense"
         if str(self.cfg.decode_attention) == "auto":
           self.cfg.decode_attention = "pallas" if self._pallas_here() else "einsum"
+    if str(self.cfg.get("prefill_attention", "xla")) == "auto":
+      self.cfg = self.cfg.copy_and_resolve_references()
+      with self.cfg.unlocked():
+        half = self.dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))   # cuDNN's
+        self.cfg.prefill_attention = "cudnn" if self._pallas_here() and half else "xla"
+    if self.cfg.get("prefill_attention", "xla") not in PREFILL_ATTN:
+      raise ValueError(f"rollout.prefill_attention={self.cfg.prefill_attention!r} unknown; use "
+                       f"one of {PREFILL_ATTN} or 'auto'")
     if self.cfg.kv_layout not in ("dense", "paged"):
       raise ValueError(f"rollout.kv_layout={self.cfg.kv_layout!r} unknown; use 'dense', 'paged' "
                        "or 'auto'")
@@ -223,7 +232,8 @@ class RolloutEngine:
     ahead_mod.plan_paged(
         ahead, model_cfg=self.model_cfg, st=st, dparams=dparams, tables=tables, eos_E=eos_E,
         key=jax.random.fold_in(rng, 0), sampling=call.sampling, dtype=self.dtype,
-        sharder=self.sharder, attn_impl=str(c.decode_attention), steps=int(c.steps_per_call),
+        sharder=self.sharder, attn_impl=str(c.decode_attention),
+        prefill_attn=str(c.get("prefill_attention", "xla")), steps=int(c.steps_per_call),
         columns=slots.alloc.table.shape[1],
         max_row_tokens=max(len(r.pending) + r.budget for r in queue),
         page_size=int(c.page_size), piece=piece,

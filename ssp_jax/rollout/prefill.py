@@ -151,6 +151,7 @@ def _prefill_pieces(model_cfg, dparams, st, rows, fed, slots, *, dtype, sharder,
   pieces = [(b, i) for b in fed for i in range(0, len(fed[b]), T)]   # (row, offset)
   st = slots.fit_cache(st, max(rows[b].pos + len(fed[b]) for b in fed))
   C, table = slots.columns, slots.alloc.table
+  attn = str(slots.cfg.get("prefill_attention", "xla"))   # resolved by the engine
   for first, n in piece_parts(len(pieces), cap):
     part = pieces[first:first + n]
     toks_PT = np.zeros((n, T), np.int32)
@@ -163,7 +164,8 @@ def _prefill_pieces(model_cfg, dparams, st, rows, fed, slots, *, dtype, sharder,
     if ahead is not None:
       ahead.wait(("prefill", n, C))
     k, v = S.prefill_pages(model_cfg, st.cache["k"], st.cache["v"], dparams, put(table_PC),
-                           put(toks_PT), put(start_P), dtype=dtype, sharder=sharder)
+                           put(toks_PT), put(start_P), dtype=dtype, sharder=sharder,
+                           attn_impl=attn)
     st = st._replace(cache={**st.cache, "k": k, "v": v})
     stats["prefill_calls"] += 1
     stats["prefill_tokens"] += sum(len(fed[b][i:i + T]) for b, i in part)
