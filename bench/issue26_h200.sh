@@ -30,8 +30,9 @@
 #   pa  the paged prefill alone (bench/prefill_mfu.py): error of each rollout.prefill_attention
 #       against fp32 at 0.5B, then the 7B program's FLOP rate against the measured GEMM rate;
 #       then m7's paged run with each prefill attention (PA: the list, default "cudnn xla")
-#   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000) with each prefill
-#       attention in PA: peak memory against weights + KV (compiled ahead: AHEAD, default -1)
+#   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000), cold, each in its own
+#       process, with each prefill attention in PA: wall and peak memory against weights + KV
+#       (stage a gives the cold and warm walls with the default prefill attention)
 # Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
 # directory, default /tmp/issue26_prof: traces are many files, so not under OUT), T (seconds a
 # run may take, default 240).
@@ -167,7 +168,7 @@ for s in $STAGES; do
       for pa in ${PA:-cudnn xla}; do
         T=${T:-330} run la_paged_8192_cap1m_$pa $B --presets qwen2.5-0.5b --kv-layout paged \
           --no-single --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 \
-          --repeats 1 --kv-max-tokens 1000000 --compile-ahead ${AHEAD:--1} --prefill-attention $pa
+          --repeats 1 --kv-max-tokens 1000000 --no-warmup --prefill-attention $pa
       done ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac

@@ -23,7 +23,8 @@ tunix_tok_s).
 Paper step (`--paper-step`): 256 proposer + 1,280 solver trajectories through the engine, response
 budgets drawn from lognormals with the stated means (`--step-*`), printing `rollout_s`.
 With --no-warmup the timed run compiles: `compile_s` is the XLA compile time inside it and
-`policy_tok_s_excl_compile` the rate without it (tracing is not subtracted).
+`policy_tok_s_excl_compile` the rate without it (tracing is not subtracted; null when the
+compiles, summed over the host threads compiling ahead, took longer than the wall).
 Memory: after each multi-turn / paper-step run a `sampler_memory` line gives the device's peak
 bytes in use (process-wide so far; null on CPU) against weights + KV-cache estimates (paged: the
 pages in use at most; `kv_pool_bytes` is the pool allocated, rollout.kv_pool).
@@ -220,7 +221,10 @@ def _timed_generate(eng, params, prompts, budgets):
             lambda: eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets))
   return {"wall_s": round(wall, 3), "policy_tok_s": round(policy / wall, 1),
           "compile_s": round(compile_s, 3),
-          "policy_tok_s_excl_compile": round(policy / max(wall - compile_s, 1e-9), 1),
+          # compiles on the ahead threads overlap the run (their seconds add up past the
+          # wall): then no rate without them is defined, and the line says None
+          "policy_tok_s_excl_compile": (round(policy / (wall - compile_s), 1)
+                                        if compile_s < wall else None),
           "all_tok_s": round(total / wall, 1), "policy_tokens": policy, "all_tokens": total,
           "searches": sum(t.num_searches for t in trajs), "stop_reasons": reasons,
           "engine_stats": {k: round(v, 3) if isinstance(v, float) else v
@@ -243,8 +247,9 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
           **prefill_rates(cfg, res["engine_stats"]),
           "single_turn_decode_tok_s": single_tok_s,
           "vs_single_turn": round(res["policy_tok_s"] / single_tok_s, 3),
-          "vs_single_turn_excl_compile": round(res["policy_tok_s_excl_compile"] / single_tok_s,
-                                               3)}, eng
+          "vs_single_turn_excl_compile": (
+              round(res["policy_tok_s_excl_compile"] / single_tok_s, 3)
+              if res["policy_tok_s_excl_compile"] is not None else None)}, eng
 
 
 def paper_step(name, cfg, B, P, dtype, max_obs, layout, kv_max_tokens, a):
