@@ -169,9 +169,9 @@ def widths_upto(pages: int, columns: int) -> list[int]:
 
 
 def plan_paged(ahead: CompileAhead, *, model_cfg, st, dparams, tables, eos_E, key, sampling,
-               dtype, sharder, attn_impl: str, prefill_attn: str, steps: int, columns: int, max_row_tokens: int,
-               page_size: int, piece: int, piece_sizes: list[int], batches: list[int],
-               first_width: int, first_sizes: list[int], prefill_fn: Callable,
+               dtype, sharder, attn_impl: str, prefill_attn: str, steps: int, columns: int,
+               max_row_tokens: int, page_size: int, piece: int, piece_sizes: list[int],
+               batches: list[int], first_width: int, first_sizes: list[int], prefill_fn: Callable,
                decode_fn: Callable) -> None:
   """Submits the call's prefill and decode programs, those needed first first: the prompts'
   prefill (`first_sizes` pieces a call at `first_width` columns) and the first decode loop as

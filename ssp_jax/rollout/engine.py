@@ -31,12 +31,12 @@ from ssp_jax import prompts_format as pf
 from ssp_jax import sampling as S
 from ssp_jax.rollout import ahead as ahead_mod, compiles, stats as rstats
 from ssp_jax.rollout.config import get_rollout_config
-from ssp_jax.sampling.paged_prefill import PREFILL_ATTN
 from ssp_jax.rollout.prefill import piece_parts, piece_sizes, prefill_pending
 from ssp_jax.rollout.rows import Row, put
 from ssp_jax.rollout.search_tool import SearchTool
 from ssp_jax.rollout.slots import SlotPlanner, batch_size, table_width
 from ssp_jax.rollout.tools import Tool, ToolCall, tool_table
+from ssp_jax.sampling.paged_prefill import PREFILL_ATTN
 from ssp_jax.tokenizer import Prompt, Tokenizer
 from ssp_jax.types import Trajectory
 
@@ -81,18 +81,17 @@ class RolloutEngine:
     # bytes of every id the model can sample (ids past the tokenizer's vocab have none)
     self._token_bytes = list(tokenizer.token_bytes) + [b""] * (
         model_cfg.vocab_size - tokenizer.vocab_size)
-    if "auto" in (str(self.cfg.kv_layout), str(self.cfg.decode_attention)):
+    if "auto" in (str(self.cfg.kv_layout), str(self.cfg.decode_attention),
+                  str(self.cfg.get("prefill_attention", "xla"))):
       self.cfg = self.cfg.copy_and_resolve_references()
       with self.cfg.unlocked():
         if str(self.cfg.kv_layout) == "auto":
           self.cfg.kv_layout = "paged" if self._pallas_here() else "dense"
         if str(self.cfg.decode_attention) == "auto":
           self.cfg.decode_attention = "pallas" if self._pallas_here() else "einsum"
-    if str(self.cfg.get("prefill_attention", "xla")) == "auto":
-      self.cfg = self.cfg.copy_and_resolve_references()
-      with self.cfg.unlocked():
-        half = self.dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))   # cuDNN's
-        self.cfg.prefill_attention = "cudnn" if self._pallas_here() and half else "xla"
+        if str(self.cfg.get("prefill_attention", "xla")) == "auto":   # cuDNN takes bf16/fp16
+          half = self.dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+          self.cfg.prefill_attention = "cudnn" if self._pallas_here() and half else "xla"
     if self.cfg.get("prefill_attention", "xla") not in PREFILL_ATTN:
       raise ValueError(f"rollout.prefill_attention={self.cfg.prefill_attention!r} unknown; use "
                        f"one of {PREFILL_ATTN} or 'auto'")

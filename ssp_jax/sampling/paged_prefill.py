@@ -17,9 +17,10 @@ into the null page, which every read masks.
 Layers are unrolled (the pools are L separate buffers, as the decode loop keeps them); the last
 layer's attention output and MLP feed nothing and are dropped by XLA.
 
-Attention over the gathered slots (`attn_impl`): "xla" computes the [R, N, T, C * page_size] scores in
-fp32 and masks them (`layers.cache_attention`, any backend); "cudnn" is cuDNN's flash attention
-on the same slots with the same mask as a bf16 bias, so no score matrix is stored (GPU only).
+Attention over the gathered slots (`attn_impl`): "xla" computes the [R, N, T, C * page_size]
+scores in fp32 and masks them (`layers.cache_attention`, any backend); "cudnn" is cuDNN's flash
+attention on the same slots with the same mask as a bf16 bias, so no score matrix is stored (GPU
+only, bf16/fp16 compute).
 At 64 pieces of 64 tokens and 128 columns of 64 slots the 0.5B shape's scores are 1.9 GB a
 layer in fp32, which the flash kernel never writes.
 """
