@@ -183,3 +183,16 @@ def test_unknown_prefill_attention_impl_is_refused():
   kv = jnp.zeros((1, 2, 4, 8))
   with pytest.raises(ValueError, match="prefill attention 'flash' unknown"):
     slots_attention(q, kv, kv, jnp.ones((1, 2, 4), bool), "flash")
+
+
+def test_bad_layout_names_are_refused_before_any_model_is_loaded():
+  """check_rollout_config (run by the CLIs before the index and the model) refuses an unknown
+  kv_layout, kv_pool or prefill_attention, naming the field and the choices."""
+  import pytest
+  from ssp_jax.rollout.config import check_rollout_config, get_rollout_config
+  check_rollout_config(get_rollout_config())
+  for name in ("kv_layout", "kv_pool", "prefill_attention"):
+    rc = get_rollout_config()
+    rc[name] = "flash"
+    with pytest.raises(ValueError, match=f"rollout.{name}='flash' unknown; use one of"):
+      check_rollout_config(rc)

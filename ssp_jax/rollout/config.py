@@ -19,8 +19,8 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # computes; bounds its activations and attention scores
   c.prefill_attention = "auto"  # paged prefill's attention over the rows' slots: xla (scores
                                 # stored in fp32, any backend) | cudnn (flash, no scores; GPU) |
-                                # auto: cudnn where decode attention is the Pallas kernels (a
-                                # GPU, unsplit mesh), else xla
+                                # auto: cudnn on a GPU whose mesh splits no rows or heads,
+                                # at bf16/fp16 compute; else xla
   c.steps_per_call = 256        # decode steps per jitted call (the host services rows between)
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
   c.tail_min_batch = 16         # no prompt queued and at most half the slots in use: the batch
@@ -105,3 +105,9 @@ def check_rollout_config(c: ml_collections.ConfigDict) -> None:
     raise ValueError(f"rollout.sampler={c.sampler!r} unknown; use one of {METHODS}")
   from ssp_jax.rollout.ahead import threads
   threads(c.compile_ahead, backend="cpu")   # ValueError naming the field for a bad value
+  # the engine checks these too; here a bad name stops a run before the index and the model
+  from ssp_jax.sampling.paged_prefill import PREFILL_ATTN
+  for name, ok in (("kv_layout", ("dense", "paged", "auto")), ("kv_pool", ("fixed", "grow")),
+                   ("prefill_attention", PREFILL_ATTN + ("auto",))):
+    if c.get(name, ok[-1]) not in ok:
+      raise ValueError(f"rollout.{name}={c.get(name)!r} unknown; use one of {ok}")
