@@ -1,7 +1,10 @@
 """Shared pytest setup: slow tests are skipped unless `-m slow` (or `--run-slow`) is given."""
+import atexit
 import gc
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -12,9 +15,22 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The CLIs turn JAX's persistent compilation cache on (`compile_cache`, ssp_jax/compile_cache.py);
-# tests that call them in this process must not write into the user's cache directory.
-os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
+# JAX's persistent compilation cache, in a directory of this test session's own (removed at its
+# end), never the user's: the suite drops its compiled programs after every file (below), and many
+# files and CLI subprocesses compile the same tiny programs again, so a later one reads them back
+# instead. The CLIs' own `compile_cache` (ssp_jax/compile_cache.py) yields to the variable.
+# SSP_JAX_TEST_COMPILE_CACHE=0 turns it off (every program compiled afresh, as a user's first run).
+if os.environ.get("SSP_JAX_TEST_COMPILE_CACHE", "1") == "0":
+  os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+else:
+  if not os.environ.get("SSP_JAX_TEST_COMPILE_CACHE_DIR"):   # pytest-xdist workers inherit it
+    os.environ["SSP_JAX_TEST_COMPILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="ssp_jax_test_xla_")
+    atexit.register(shutil.rmtree, os.environ["SSP_JAX_TEST_COMPILE_CACHE_DIR"], True)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["SSP_JAX_TEST_COMPILE_CACHE_DIR"]
+  os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "true"
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
+  # A size bound turns on the cache's file lock: parallel workers never read a half-written entry.
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
 
 # Keep CPU test runs deterministic and quiet.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
