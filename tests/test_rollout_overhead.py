@@ -8,6 +8,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from models.config import ModelConfig
 from ssp_jax.rollout import compiles
@@ -36,6 +37,32 @@ def test_compile_counter_counts_a_new_shape():
   jax.jit(lambda x: x * 3 + 1)(jnp.zeros((7, 13)))
   n, secs, by_fn = compiles.since(before)
   assert n >= 1 and secs > 0 and by_fn
+
+
+def test_a_program_read_back_from_the_persistent_cache_still_counts():
+  """The test session stores compiled programs on disk (tests/conftest.py). JAX times a read
+  from that cache as a backend compile, so the counter still sees it and the "compiles
+  nothing" checks below keep failing for a program a call had to fetch; guarded here."""
+  if not (jax.config.jax_enable_compilation_cache and jax.config.jax_compilation_cache_dir):
+    pytest.skip("the persistent compilation cache is off (SSP_JAX_TEST_COMPILE_CACHE=0)")
+  compiles.install()
+  hits = []
+  jax.monitoring.register_event_listener(
+      lambda e, **kw: hits.append(e) if e == "/jax/compilation_cache/cache_hits" else None)
+  f = lambda x: jnp.tanh(x @ x.T) * 5 + 2
+  x = jnp.ones((11, 17))
+  old = jax.config.jax_persistent_cache_min_compile_time_secs
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  try:
+    jax.jit(f)(x).block_until_ready()
+    jax.clear_caches()                 # forgotten in memory, stored on disk
+    before, n_hits = compiles.snapshot(), len(hits)
+    jax.jit(f)(x).block_until_ready()
+  finally:
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", old)
+  n, _, by_fn = compiles.since(before)
+  assert len(hits) - n_hits == 1                     # read back from disk, not compiled
+  assert n == 1 and by_fn == {"jit(<lambda>)": 1}    # and counted all the same
 
 
 def test_second_identical_rollout_compiles_nothing_and_stats_add_up(model, tags):
