@@ -30,6 +30,11 @@
 #   pa  the paged prefill alone (bench/prefill_mfu.py): error of each rollout.prefill_attention
 #       against fp32 at 0.5B, then the 7B program's FLOP rate against the measured GEMM rate;
 #       then m7's paged run with each prefill attention (PA: the list, default "cudnn xla")
+#   pk  the paged decode attention kernels (PK: the list, default "pallas pallas_jax"): one
+#       layer's attention alone (bench/paged_attention.py, with gather), then m's paged run at
+#       0.5B with each (single turn paged too: the ratio's denominator), then a profile of the
+#       first's multi-turn run
+#   pk7 m7's paged run with each kernel in PK (7B, warm)
 #   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000), cold, each in its own
 #       process, with each prefill attention in PA: wall and peak memory against weights + KV
 #       (stage a gives the cold and warm walls with the default prefill attention)
@@ -169,6 +174,26 @@ for s in $STAGES; do
         T=${T:-330} run la_paged_8192_cap1m_$pa $B --presets qwen2.5-0.5b --kv-layout paged \
           --no-single --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 \
           --repeats 1 --kv-max-tokens 1000000 --no-warmup --prefill-attention $pa
+      done ;;
+    pk)
+      T=${T:-240} run pk_layer $PY bench/paged_attention.py
+      [ -n "${SWEEP:-}" ] && T=${T:-240} run pk_sweep $PY bench/paged_attention.py --sweep \
+        --shapes 0.5b --batches 256,16 --lengths multi,single --repeats 5
+      for pk in ${PK:-pallas pallas_jax}; do
+        T=${T:-150} run pk_mp_$pk $B --presets qwen2.5-0.5b --kv-layout paged --multiturn \
+          --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
+          --paged-attention $pk
+      done
+      pk=${PK:-pallas}; pk=${pk%% *}
+      T=${T:-150} run pk_mp_${pk}_prof $B --presets qwen2.5-0.5b --kv-layout paged --multiturn \
+        --no-single --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
+        --paged-attention "$pk" --profile "$PROF/pk"
+      timeout 120 $PY bench/trace_summary.py "$PROF/pk" --top 40 > "$OUT/pk_trace.jsonl" ;;
+    pk7)
+      for pk in ${PK:-pallas pallas_jax}; do
+        T=${T:-270} run pk7_m7_paged_$pk $B --presets qwen2.5-7b --kv-layout paged --no-single \
+          --multiturn --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
+          --paged-attention $pk
       done ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac

@@ -450,7 +450,8 @@ def main(argv=None) -> int:
                  "compares them")
   p.add_argument("--kv-layout", default="dense", help="dense | paged; a comma list compares them")
   p.add_argument("--paged-attention", default=None,
-                 help="paged layout: gather | pallas (default: pallas on GPU, else gather)")
+                 help="paged layout: gather | pallas (fused, sampling/paged_pallas.py) | "
+                 "pallas_jax (JAX's library kernel) (default: pallas on GPU, else gather)")
   p.add_argument("--kv-max-tokens", type=int, default=0,
                  help="paged pool cap in tokens (rollout.kv_max_tokens; 0 = no cap)")
   p.add_argument("--peer", default="auto", help="auto (tunix when importable) | tunix | none")

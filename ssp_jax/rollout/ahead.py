@@ -30,6 +30,7 @@ import numpy as np
 
 from ssp_jax.rollout.compiles import AHEAD_THREADS
 from ssp_jax.rollout.rows import put
+from ssp_jax.sampling import paged as PG
 
 
 def threads(setting, backend: Optional[str] = None) -> int:
@@ -190,7 +191,7 @@ def plan_paged(ahead: CompileAhead, *, model_cfg, st, dparams, tables, eos_E, ke
                  dtype=dtype, sharder=sharder, attn_impl=prefill_attn, urgent=urgent)
 
   tok, pos, win = spec(st.tok_B), spec(st.pos_B), spec(st.window_BM)
-  fixed_width = attn_impl == "pallas"     # the Pallas kernel gets the whole table
+  fixed_width = PG.reads_own_slots(attn_impl)   # the Pallas kernels get the whole table
 
   def decode(b: int, w: int, urgent: bool = False) -> None:
     state = type(st)({"k": pools_k, "v": pools_v, "table": host_spec((b, w), i32)},

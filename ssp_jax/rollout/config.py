@@ -30,7 +30,9 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.decode_attention = "auto"   # auto: pallas on a GPU with an unsplit mesh, else einsum;
                                 # dense: einsum (batched GEMMs) | reduce | cudnn | xla | pallas
                                 # (fused kernel, sampling/dense_pallas.py); paged: gather (pure
-                                # JAX, any backend) | pallas (GPU kernel)
+                                # JAX, any backend) | pallas (fused kernel that also stores the
+                                # new K/V, sampling/paged_pallas.py) | pallas_jax (JAX's
+                                # library kernel after scattering the K/V)
   # --- KV layout (docs/rollout.md, "Paged KV cache") ---
   c.kv_layout = "auto"          # dense: [L, B, K, S, H] rows | paged: a shared pool of pages |
                                 # auto: paged where decode attention is the Pallas kernels (a

@@ -6,6 +6,7 @@ import collections
 import numpy as np
 
 from ssp_jax import sampling as S
+from ssp_jax.sampling import paged as PG
 
 TIMERS = ("plan_s", "prefill_s", "decode_s", "transfer_s", "absorb_s", "search_s", "splice_s")
 
@@ -31,7 +32,7 @@ def _count_kv_reads(stats, cfg, st, pos0_B, ran_B, res) -> None:
   the rows that made a token needed (`kv_used_slot_steps`: pos + 1 at each of their steps).
   Dense attention reads B x S slots a step (counted so for "cudnn" too, whose kernel may skip
   blocks past a row's length); paged "gather" B x (its table columns x
-  page_size); "pallas" (paged, or the dense kernel of sampling/dense_pallas.py) each row's own
+  page_size); the Pallas kernels (paged "pallas" / "pallas_jax", or the dense one) each row's own
   pos + 1 (a row that is done stays at its last position; an empty slot is counted as one slot;
   the kernels' last partly used block is not counted). A count, not a timing: the same on every
   backend."""
@@ -39,7 +40,7 @@ def _count_kv_reads(stats, cfg, st, pos0_B, ran_B, res) -> None:
   n = n * ran_B
   stats["kv_used_slot_steps"] += int((n * (pos0_B + 1) + n * (n - 1) // 2).sum())
   B = len(pos0_B)
-  if str(cfg.decode_attention) == "pallas":
+  if PG.reads_own_slots(cfg.decode_attention):   # the dense "pallas" too
     # a row's length grows while it runs, then stays: sum over steps of pos0 + min(i, n) + 1
     grown = n * (n - 1) // 2 + (steps - n) * n
     stats["kv_read_slot_steps"] += int((steps * (pos0_B + 1) + grown).sum())

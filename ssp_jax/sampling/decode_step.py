@@ -28,6 +28,7 @@ from models.decoder import CACHE_LOGICAL
 from models import layers as L_
 from models.sharding import Sharder, constrain
 from ssp_jax.sampling import dense_pallas as DP
+from ssp_jax.sampling import paged_pallas as PP
 from ssp_jax.sampling import paged as PG
 
 
@@ -230,8 +231,9 @@ def _logits(cfg, dparams, x_B1D, sharder):
 def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, attn_impl):
   """decode_forward over a paged cache (sampling/paged.py): each layer writes its new K/V at
   (page, offset) of pos_B first, then attends over slots <= pos_B through the page table.
-  attn_impl: "gather" (pure JAX, any backend) or "pallas" (JAX's Pallas GPU kernel); the dense
-  names ("einsum", "reduce", ...) mean "gather" here."""
+  attn_impl: "gather" (pure JAX, any backend), "pallas" (sampling/paged_pallas.py: one fused
+  kernel a layer that also stores the new K/V, so no scatter) or "pallas_jax" (JAX's library
+  kernel); the dense names ("einsum", "reduce", ...) mean "gather" here."""
   impl = attn_impl if attn_impl in PG.PAGED_ATTN_IMPLS else "gather"
   B = tok_B.shape[0]
   K, N, H = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
@@ -243,17 +245,25 @@ def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, 
   cos, sin = L_.rope_cos_sin(positions_B1, inv_freq, dtype)
   page_B, off_B = PG.slot_of(table_BC, pos_B.astype(jnp.int32), T)
   len_B = pos_B.astype(jnp.int32) + 1
+  interpret = jax.default_backend() == "cpu"   # the kernels' interpret mode (slow; for tests)
   if impl == "gather":
     attend = PG.gather_attention
-  else:   # on a CPU the kernel runs in Pallas's interpret mode (slow; for tests and counts)
-    attend = functools.partial(PG.pallas_attention, interpret=jax.default_backend() == "cpu")
+  else:
+    attend = functools.partial(PG.pallas_attention, interpret=interpret)
   x_B1D = D._embed(cfg, dparams, tok_B[:, None], dtype, sharder)
   new_k, new_v = [], []
   for l, lp in enumerate(dparams["layers"]):
     q, k, v = _qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
-    kp = PG.write_token(cache["k"][l], page_B, off_B, k[:, 0])
-    vp = PG.write_token(cache["v"][l], page_B, off_B, v[:, 0])
-    attn_B1NH = attend(q[:, 0].reshape(B, K, G, H), kp, vp, table_BC, len_B).reshape(B, 1, N, H)
+    q_BKGH = q[:, 0].reshape(B, K, G, H)
+    if impl == "pallas":   # the kernel stores k/v at (page, offset) of pos itself
+      attn_BKGH, kp, vp = PP.paged_attention_write(q_BKGH, cache["k"][l], cache["v"][l],
+                                                   table_BC, pos_B, k[:, 0], v[:, 0],
+                                                   interpret=interpret)
+    else:
+      kp = PG.write_token(cache["k"][l], page_B, off_B, k[:, 0])
+      vp = PG.write_token(cache["v"][l], page_B, off_B, v[:, 0])
+      attn_BKGH = attend(q_BKGH, kp, vp, table_BC, len_B)
+    attn_B1NH = attn_BKGH.reshape(B, 1, N, H)
     new_k.append(kp)
     new_v.append(vp)
     x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)

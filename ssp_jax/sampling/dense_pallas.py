@@ -52,6 +52,43 @@ def _dot(a, b, contract_b: int, exact: bool):
                          preferred_element_type=jnp.float32)
 
 
+def add_token(q_GH, kn_H, vn_H, mine, o_GH, m_G, l_G):
+  """The query token's own K/V (kn_H, vn_H, from registers) joined to an online softmax's
+  running (o, m, l) when `mine` (the program whose share holds the token's slot), in fp32; the
+  probability is cast to V's dtype as the P.V dots cast it. Used inside both decode kernels."""
+  s_G = jnp.sum(q_GH.astype(jnp.float32) * kn_H.astype(jnp.float32)[None, :], axis=1)
+  s_G = jnp.where(mine, s_G, -jnp.inf)
+  m_new = jnp.maximum(m_G, s_G)
+  alpha_G = jnp.where(m_G == m_new, 1.0, jnp.exp(m_G - m_new))   # -inf - -inf: no NaN
+  p_G = jnp.where(mine, jnp.exp(s_G - m_new), 0.0)
+  p_G = p_G.astype(vn_H.dtype).astype(jnp.float32)
+  o_GH = alpha_G[:, None] * o_GH + p_G[:, None] * vn_H.astype(jnp.float32)[None, :]
+  return o_GH, m_new, alpha_G * l_G + p_G
+
+
+def combine_shares(o_BKJGH, m_BKJG, l_BKJG, G: int, dtype):
+  """The splits' unnormalised (o, m, l) rescaled to one output [B, K, G, H] in `dtype` (a share
+  with no slot has m = -inf, l = 0: weight 0; share 0 always holds one)."""
+  w_BKJG = jnp.exp(m_BKJG - jnp.max(m_BKJG, axis=2, keepdims=True))
+  l_BKG = jnp.sum(w_BKJG * l_BKJG, axis=2)
+  o_BKGH = jnp.sum(w_BKJG[..., None] * o_BKJGH, axis=2) / l_BKG[..., None]
+  return o_BKGH[:, :, :G].astype(dtype)
+
+
+def out_blocks(B: int, K: int, splits: int, Gp: int, H: int, dtype) -> tuple[list, list]:
+  """(out_shape, out_specs) of a decode kernel on grid (B, K, splits): with one share the
+  normalised output [B, K, Gp, H] in `dtype`; else each share's fp32 o, m, l."""
+  if splits == 1:
+    return ([jax.ShapeDtypeStruct((B, K, Gp, H), dtype)],
+            [pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0))])
+  return ([jax.ShapeDtypeStruct((B, K, splits, Gp, H), jnp.float32),
+           jax.ShapeDtypeStruct((B, K, splits, Gp), jnp.float32),
+           jax.ShapeDtypeStruct((B, K, splits, Gp), jnp.float32)],
+          [pl.BlockSpec((None, None, None, Gp, H), lambda b, h, j: (b, h, j, 0, 0)),
+           pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0)),
+           pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0))])
+
+
 def _kernel(pos_ref, q_ref, k_ref, v_ref, *refs, block: int, share: int, exact: bool,
             write: bool):
   """pos_ref [1]; q_ref [Gp, H]; k_ref, v_ref [share, H]: this program's slots
@@ -93,14 +130,7 @@ def _kernel(pos_ref, q_ref, k_ref, v_ref, *refs, block: int, share: int, exact: 
   if write:
     mine = (pos >= start) & (pos < start + share)
     kn_H, vn_H = kn_ref[...], vn_ref[...]
-    s_G = jnp.sum(q_GH.astype(jnp.float32) * kn_H.astype(jnp.float32)[None, :], axis=1)
-    s_G = jnp.where(mine, s_G, -jnp.inf)
-    m_new = jnp.maximum(m_G, s_G)
-    alpha_G = jnp.where(m_G == m_new, 1.0, jnp.exp(m_G - m_new))   # -inf - -inf: no NaN
-    p_G = jnp.where(mine, jnp.exp(s_G - m_new), 0.0)
-    p_G = p_G.astype(vn_H.dtype).astype(jnp.float32)   # P is cast for the P.V dot, as above
-    o_GH = alpha_G[:, None] * o_GH + p_G[:, None] * vn_H.astype(jnp.float32)[None, :]
-    m_G, l_G = m_new, alpha_G * l_G + p_G
+    o_GH, m_G, l_G = add_token(q_GH, kn_H, vn_H, mine, o_GH, m_G, l_G)
 
     @pl.when(mine)
     def _store():
@@ -176,16 +206,7 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
               pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0)),
               pl.BlockSpec((None, None, share, H), lambda b, h, j: (b, h, j, 0)),
               pl.BlockSpec((None, None, share, H), lambda b, h, j: (b, h, j, 0))]
-  if splits == 1:
-    out_shape = jax.ShapeDtypeStruct((B, K, Gp, H), q_BKGH.dtype)
-    out_specs = pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0))
-  else:
-    out_shape = [jax.ShapeDtypeStruct((B, K, splits, Gp, H), jnp.float32),
-                 jax.ShapeDtypeStruct((B, K, splits, Gp), jnp.float32),
-                 jax.ShapeDtypeStruct((B, K, splits, Gp), jnp.float32)]
-    out_specs = [pl.BlockSpec((None, None, None, Gp, H), lambda b, h, j: (b, h, j, 0, 0)),
-                 pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0)),
-                 pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0))]
+  out_shape, out_specs = out_blocks(B, K, splits, Gp, H, q_BKGH.dtype)
   kernel = functools.partial(_kernel, block=block, share=share,
                              exact=k_BKSH.dtype == jnp.float32, write=write)
   args = (pos_B1, q_BKGH_, k_BKSH, v_BKSH)
@@ -193,11 +214,9 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
   if write:
     args += (kn_BKH, vn_BKH)
     in_specs += [pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0))] * 2
-    out_shape = (out_shape if isinstance(out_shape, list) else [out_shape]) + [
-        jax.ShapeDtypeStruct(k_BKSH.shape, k_BKSH.dtype),
-        jax.ShapeDtypeStruct(v_BKSH.shape, v_BKSH.dtype)]
-    out_specs = (out_specs if isinstance(out_specs, list) else [out_specs]) + [in_specs[2],
-                                                                               in_specs[3]]
+    out_shape += [jax.ShapeDtypeStruct(k_BKSH.shape, k_BKSH.dtype),
+                  jax.ShapeDtypeStruct(v_BKSH.shape, v_BKSH.dtype)]
+    out_specs += [in_specs[2], in_specs[3]]
     aliases = {2: len(out_shape) - 2, 3: len(out_shape) - 1}
   out = pl.pallas_call(
       kernel, grid=(B, K, splits), in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
@@ -207,14 +226,9 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
   caches = ()
   if write:
     *out, k_new, v_new = out
-    out = out[0] if splits == 1 else out
     caches = (k_new, v_new)
   if splits == 1:
-    o = out[:, :, :G]
+    o = out[0][:, :, :G]
   else:
-    o_BKJGH, m_BKJG, l_BKJG = out   # share 0 holds slot 0 (<= pos, or pos itself): max finite
-    w_BKJG = jnp.exp(m_BKJG - jnp.max(m_BKJG, axis=2, keepdims=True))
-    l_BKG = jnp.sum(w_BKJG * l_BKJG, axis=2)
-    o_BKGH = jnp.sum(w_BKJG[..., None] * o_BKJGH, axis=2) / l_BKG[..., None]
-    o = o_BKGH[:, :, :G].astype(q_BKGH.dtype)
+    o = combine_shares(*out, G, q_BKGH.dtype)   # share 0 holds slot 0 (<= pos, or pos itself)
   return (o,) + caches if write else o

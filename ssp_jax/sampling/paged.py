@@ -7,12 +7,15 @@ Layout (`kv_layout="paged"`), held in `DecodeState.cache`:
 Page 0 is the null page: owned by no row, the target of every unused table entry, so stray writes
 (finished or empty rows, padded prefill tokens) land there and reads of it are always masked.
 The per-layer pool layout [K, P, T, H] is the one JAX's Pallas GPU kernel
-(`jax.experimental.pallas.ops.gpu.paged_attention`) reads, so `attn_impl="pallas"` calls it with
-no transpose; on any backend `attn_impl="gather"` (pure JAX) gathers the C attended pages per row.
+(`jax.experimental.pallas.ops.gpu.paged_attention`) reads, so `attn_impl="pallas_jax"` calls it
+with no transpose; `attn_impl="pallas"` is this package's fused kernel over the same pools
+(sampling/paged_pallas.py: it also stores the new token's K/V, and does not split short rows);
+on any backend `attn_impl="gather"` (pure JAX) gathers the C attended pages per row.
 
 Decode attention cost scales with C (the engine sizes it to the longest row in flight, rounded
 up to a power of two, at least an eighth of the table: rollout/slots.py `table_width`) for
-"gather", and with each row's own length for "pallas" (the engine passes it the whole table);
+"gather", and with each row's own length for the Pallas kernels (the engine passes them the
+whole table);
 the pool holds the call's rows at their longest (rollout.kv_pool="fixed") or grows with the
 tokens in flight ("grow"), not slots x the longest possible row.
 """
@@ -23,7 +26,16 @@ import math
 import jax
 import jax.numpy as jnp
 
-PAGED_ATTN_IMPLS = ("gather", "pallas")
+PAGED_ATTN_IMPLS = ("gather", "pallas", "pallas_jax")
+# The kernels that read each row's own slots through the whole table (the engine hands them
+# every column, so a decode loop has one table shape): "pallas" (sampling/paged_pallas.py, also
+# stores the new K/V) and "pallas_jax" (JAX's library kernel after two scatter kernels).
+OWN_SLOT_IMPLS = ("pallas", "pallas_jax")
+
+
+def reads_own_slots(attn_impl) -> bool:
+  """Whether decode attention `attn_impl` reads each row's own slots only (a Pallas kernel)."""
+  return str(attn_impl) in OWN_SLOT_IMPLS
 NULL_PAGE = 0
 # Logical axes of a pool [K, P, T, H]: split over the KV heads like the dense cache, pages and
 # slots whole. (Until 2026-12-04 the constraint named the cache's length axis for K, which no

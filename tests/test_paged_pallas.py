@@ -1,0 +1,92 @@
+"""The fused paged decode attention (sampling/paged_pallas.py, interpret mode on a CPU) against
+the gather path after writing the token, and the pools it writes against write_token's."""
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ssp_jax.sampling import paged as PG
+from ssp_jax.sampling import paged_pallas as PP
+
+
+def _case(B, K, G, H, T, C, P, dtype, seed=0):
+  """Random pools (NaN in pages no row owns: nothing of them may reach an output), a table of
+  distinct pages per row (null page 0 past each row's pages) and positions inside each row's
+  pages."""
+  r = np.random.default_rng(seed)
+  kp = r.normal(size=(K, P, T, H)).astype(np.float32)
+  vp = r.normal(size=(K, P, T, H)).astype(np.float32)
+  q = r.normal(size=(B, K, G, H)).astype(np.float32)
+  kn, vn = (r.normal(size=(B, K, H)).astype(np.float32) for _ in range(2))
+  perm = r.permutation(np.arange(1, P))
+  table = np.zeros((B, C), np.int32)
+  pos = np.zeros((B,), np.int32)
+  used = 0
+  for b in range(B):
+    n = int(r.integers(1, C + 1))
+    table[b, :n] = perm[used:used + n]
+    used += n
+    pos[b] = int(r.integers(0, n * T))
+  pos[0] = 0                                      # a row's first token
+  unowned = np.setdiff1d(np.arange(P), table[table > 0])
+  kp[:, unowned] = np.nan
+  vp[:, unowned] = np.nan
+  as_ = lambda x: jnp.asarray(x, dtype)
+  return as_(q), as_(kp), as_(vp), jnp.asarray(table), jnp.asarray(pos), as_(kn), as_(vn)
+
+
+def _want(q, kp, vp, table, pos, kn, vn):
+  """The pre-existing path: write_token, then gather attention over slots <= pos."""
+  page_B, off_B = PG.slot_of(table, pos, kp.shape[2])
+  kp = PG.write_token(kp, page_B, off_B, kn)
+  vp = PG.write_token(vp, page_B, off_B, vn)
+  return PG.gather_attention(q, kp, vp, table, pos + 1), kp, vp
+
+
+@pytest.mark.parametrize("dtype,atol", [(jnp.float32, 2e-5), (jnp.bfloat16, 3e-2)])
+@pytest.mark.parametrize("G,H,T,C,splits", [
+    (7, 64, 8, 8, 1),       # Qwen2.5-0.5B's heads; pages of 8 (all 8 columns one block)
+    (7, 64, 16, 8, 2),      # two shares (the tail batch's split), a combine outside
+    (4, 32, 64, 4, 4),      # one page a share; pages of the engine's default size
+    (3, 16, 4, 16, None)])  # chosen splits for a small batch
+def test_kernel_equals_write_then_gather(G, H, T, C, splits, dtype, atol):
+  q, kp, vp, table, pos, kn, vn = _case(5, 2, G, H, T, C, 2 + 5 * C, dtype)
+  want, kw, vw = _want(q, kp, vp, table, pos, kn, vn)
+  got, kg, vg = PP.paged_attention_write(q, kp, vp, table, pos, kn, vn, interpret=True,
+                                         splits=splits)
+  assert got.shape == want.shape and got.dtype == want.dtype
+  assert np.isfinite(np.asarray(got, np.float32)).all()
+  np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                             atol=atol, rtol=0)
+  # the pools: the token stored where write_token stores it, nothing else touched
+  np.testing.assert_array_equal(np.asarray(kg, np.float32), np.asarray(kw, np.float32))
+  np.testing.assert_array_equal(np.asarray(vg, np.float32), np.asarray(vw, np.float32))
+
+
+def test_position_past_the_table_is_neither_stored_nor_attended():
+  """A row whose position is past its C columns: the gather path writes its token to the null
+  page and attends over the table's slots only; the kernel stores nothing and attends the same."""
+  q, kp, vp, table, pos, kn, vn = _case(3, 2, 4, 16, 4, 4, 24, jnp.float32, seed=1)
+  free = np.setdiff1d(np.arange(1, 24), np.asarray(table))[-4:]   # pages no row owns
+  table = table.at[1].set(jnp.asarray(free, jnp.int32))
+  kp, vp = (p.at[:, free].set(1.0) for p in (kp, vp))
+  pos = pos.at[1].set(4 * 4)                      # the first slot past the table
+  want, _, _ = _want(q, kp, vp, table, pos, kn, vn)
+  got, kg, _ = PP.paged_attention_write(q, kp, vp, table, pos, kn, vn, interpret=True)
+  np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), atol=2e-5)
+  np.testing.assert_array_equal(np.asarray(kg[:, free]), np.asarray(kp[:, free]))
+
+
+def test_splits_must_divide_the_columns():
+  q, kp, vp, table, pos, kn, vn = _case(2, 1, 2, 16, 4, 6, 16, jnp.float32)
+  with pytest.raises(ValueError, match="splits=4"):
+    PP.paged_attention_write(q, kp, vp, table, pos, kn, vn, interpret=True, splits=4)
+
+
+def test_choose_splits_reaches_the_program_target():
+  assert PP.choose_splits(256, 2, 128) == 2            # 1,024 programs
+  assert PP.choose_splits(256, 4, 128) == 1            # 7B heads: 1,024 already
+  assert PP.choose_splits(16, 2, 128) == 32            # the tail batch: 1,024 programs
+  assert PP.choose_splits(16, 2, 4) == 4               # no more splits than columns
+  assert PP.block_pages(share=8, page_size=64) == 2    # 128 slots a block
+  assert PP.block_pages(share=1, page_size=64) == 1
+  assert PP.block_pages(share=16, page_size=8) == 16
