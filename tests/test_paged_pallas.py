@@ -76,10 +76,13 @@ def test_position_past_the_table_is_neither_stored_nor_attended():
   np.testing.assert_array_equal(np.asarray(kg[:, free]), np.asarray(kp[:, free]))
 
 
-def test_splits_must_divide_the_columns():
-  q, kp, vp, table, pos, kn, vn = _case(2, 1, 2, 16, 4, 6, 16, jnp.float32)
-  with pytest.raises(ValueError, match="splits=4"):
-    PP.paged_attention_write(q, kp, vp, table, pos, kn, vn, interpret=True, splits=4)
+def test_bad_table_width_or_splits_are_named():
+  q, kp, vp, table, pos, kn, vn = _case(2, 1, 2, 16, 4, 8, 20, jnp.float32)
+  with pytest.raises(ValueError, match="splits=3"):
+    PP.paged_attention_write(q, kp, vp, table, pos, kn, vn, interpret=True, splits=3)
+  with pytest.raises(ValueError, match="6 columns.*pad it with null-page"):
+    PP.paged_attention_write(q, kp, vp, table[:, :6], jnp.minimum(pos, 23), kn, vn,
+                             interpret=True)
 
 
 def test_choose_splits_reaches_the_program_target():

@@ -144,6 +144,9 @@ def _paged_attention(q_BKGH, kp_KPTH, vp_KPTH, table_BC, pos_B, kn_BKH, vn_BKH, 
   B, K, G, H = q_BKGH.shape
   _, P, T, _ = kp_KPTH.shape
   C = table_BC.shape[1]
+  if C & (C - 1):   # Triton loads need power-of-two sizes (the engine's tables always are)
+    raise ValueError(f"the page table has {C} columns; the paged Pallas kernel needs a power of "
+                     f"two: pad it with null-page (0) columns to {pl.next_power_of_2(C)}")
   splits = choose_splits(B, K, C, min_programs) if splits is None else splits
   if C % splits:
     raise ValueError(f"splits={splits}: must divide the table's {C} columns")
