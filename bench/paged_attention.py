@@ -57,9 +57,8 @@ def _case(B, K, G, H, T, lo, hi, dtype, seed=0):
 def _layer(impl, **kw):
   def f(q, kp, vp, table, pos, kn, vn):
     if impl == "pallas":
-      o, kp, vp = PP.paged_attention_write(q, kp, vp, table, pos, kn, vn,
-                                           interpret=jax.default_backend() == "cpu", **kw)
-      return o, kp, vp
+      return PP.paged_attention_write(q, kp, vp, table, pos, kn, vn,
+                                      interpret=jax.default_backend() == "cpu", **kw)
     page, off = PG.slot_of(table, pos, kp.shape[2])
     kp = PG.write_token(kp, page, off, kn)
     vp = PG.write_token(vp, page, off, vn)
@@ -105,7 +104,7 @@ def main(argv=None) -> int:
   a.add_argument("--repeats", type=int, default=10)
   a.add_argument("--sweep", action="store_true",
                  help="the fused kernel only, over num_warps x num_stages x max_block x "
-                 "min_programs (the defaults first)")
+                 "min_programs")
   args = a.parse_args(argv)
   dtype = jnp.dtype(args.dtype)
   if args.sweep:

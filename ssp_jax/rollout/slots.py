@@ -18,8 +18,8 @@ from models.config import ModelConfig
 from models.sharding import Sharder
 from ssp_jax import sampling as S
 from ssp_jax.rollout.pages import PageAllocator
-from ssp_jax.sampling import paged as PG
 from ssp_jax.rollout.rows import Row, pow2, put
+from ssp_jax.sampling import paged as PG
 
 
 def batch_size(cfg, sharder: Optional[Sharder], n: int) -> int:
@@ -219,7 +219,8 @@ class SlotPlanner:
     alloc = self.alloc
     C = alloc.table.shape[1]
     self.columns = table_width(max(alloc.pages_for(tokens), max(alloc.owned), 1), C)
-    table = put(alloc.table[:, :C if PG.reads_own_slots(self.cfg.decode_attention) else self.columns])
+    own = PG.reads_own_slots(self.cfg.decode_attention)
+    table = put(alloc.table[:, :C if own else self.columns])
     if st.cache["k"][0].shape[1] < alloc.num_pages:
       self.stats["kv_pool_pages"] = alloc.num_pages
       return S.grow_pages(st, table, num_pages=alloc.num_pages, sharder=self.sharder)

@@ -230,7 +230,8 @@ def _logits(cfg, dparams, x_B1D, sharder):
 
 def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, attn_impl):
   """decode_forward over a paged cache (sampling/paged.py): each layer writes its new K/V at
-  (page, offset) of pos_B first, then attends over slots <= pos_B through the page table.
+  (page, offset) of pos_B (first, or inside the "pallas" kernel), and attends over slots
+  <= pos_B through the page table.
   attn_impl: "gather" (pure JAX, any backend), "pallas" (sampling/paged_pallas.py: one fused
   kernel a layer that also stores the new K/V, so no scatter) or "pallas_jax" (JAX's library
   kernel); the dense names ("einsum", "reduce", ...) mean "gather" here."""

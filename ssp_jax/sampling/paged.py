@@ -9,7 +9,8 @@ Page 0 is the null page: owned by no row, the target of every unused table entry
 The per-layer pool layout [K, P, T, H] is the one JAX's Pallas GPU kernel
 (`jax.experimental.pallas.ops.gpu.paged_attention`) reads, so `attn_impl="pallas_jax"` calls it
 with no transpose; `attn_impl="pallas"` is this package's fused kernel over the same pools
-(sampling/paged_pallas.py: it also stores the new token's K/V, and does not split short rows);
+(sampling/paged_pallas.py: it also stores the new token's K/V, and splits a row's columns only
+until there are enough programs);
 on any backend `attn_impl="gather"` (pure JAX) gathers the C attended pages per row.
 
 Decode attention cost scales with C (the engine sizes it to the longest row in flight, rounded
@@ -36,6 +37,8 @@ OWN_SLOT_IMPLS = ("pallas", "pallas_jax")
 def reads_own_slots(attn_impl) -> bool:
   """Whether decode attention `attn_impl` reads each row's own slots only (a Pallas kernel)."""
   return str(attn_impl) in OWN_SLOT_IMPLS
+
+
 NULL_PAGE = 0
 # Logical axes of a pool [K, P, T, H]: split over the KV heads like the dense cache, pages and
 # slots whole. (Until 2026-12-04 the constraint named the cache's length axis for K, which no

@@ -22,8 +22,9 @@ dense one (sampling/dense_pallas.py) reading through the page table:
     no scatter kernels). A position past the table (C * T slots) is neither stored nor attended,
     as writing it to the null page and attending over the table would do.
   * splits: with few (row, head) programs (the tail batch, long rows) the columns are split
-    into `splits` shares, each writing an unnormalised o, m, l that a small JAX combine
-    rescales; with one share (256 rows of 4 KV heads) the kernel normalises and writes the output itself.
+    into `splits` shares until there are MIN_PROGRAMS programs, each writing an unnormalised
+    o, m, l that a small JAX combine rescales; with one share (256 rows of 4 KV heads) the
+    kernel normalises and writes the output itself.
 Unlike the dense kernel, programs of different rows write the same pool buffers: each writes
 the one slot its row owns, which no other row reads (pages are never shared between rows; the
 null page is never read unmasked). On a CPU it runs in Pallas's interpret mode
@@ -43,7 +44,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from ssp_jax.sampling import dense_pallas as DP
 
-MIN_PROGRAMS = 1024  # split the columns until B * K * splits reaches this (one H100, bench/RESULTS.md)
+MIN_PROGRAMS = 1024  # split the columns until B * K * splits reaches this (tuned on one H100)
 MAX_BLOCK = 128      # slots per loop iteration (at most; at least one page)
 
 
