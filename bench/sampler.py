@@ -446,12 +446,14 @@ def main(argv=None) -> int:
   p.add_argument("--mt-prompts-per-slot", type=int, default=2)
   p.add_argument("--mt-max-obs", type=int, default=512)
   p.add_argument("--decode-attention", default="einsum",
-                 help="dense layout: reduce | einsum | cudnn | xla | pallas; a comma list "
-                 "compares them")
+                 help="dense layout: reduce | einsum | cudnn | xla | pallas (RoPE in the "
+                 "kernel) | pallas_unfused (RoPE in XLA first); a comma list compares them")
   p.add_argument("--kv-layout", default="dense", help="dense | paged; a comma list compares them")
   p.add_argument("--paged-attention", default=None,
-                 help="paged layout: gather | pallas (fused, sampling/paged_pallas.py) | "
-                 "pallas_jax (JAX's library kernel) (default: pallas on GPU, else gather)")
+                 help="paged layout: gather | pallas (fused, sampling/paged_pallas.py; RoPE "
+                 "in the kernel) | pallas_unfused (RoPE in XLA first) | pallas_jax (JAX's "
+                 "library kernel); a comma list compares them (default: pallas on GPU, else "
+                 "gather)")
   p.add_argument("--kv-max-tokens", type=int, default=0,
                  help="paged pool cap in tokens (rollout.kv_max_tokens; 0 = no cap)")
   p.add_argument("--peer", default="auto", help="auto (tunix when importable) | tunix | none")
@@ -488,7 +490,9 @@ def main(argv=None) -> int:
   COMPILE_AHEAD, PREFILL_ATTN = a.compile_ahead, a.prefill_attention
   if a.prng:
     jax.config.update("jax_default_prng_impl", a.prng)
-  PAGED_ATTN = a.paged_attention or ("pallas" if jax.default_backend() == "gpu" else "gather")
+  paged_impls = (a.paged_attention
+                 or ("pallas" if jax.default_backend() == "gpu" else "gather")).split(",")
+  PAGED_ATTN = paged_impls[0]
   layouts = a.kv_layout.split(",")
   for lay in layouts:
     if lay not in ("dense", "paged"):
@@ -520,7 +524,11 @@ def main(argv=None) -> int:
           print(json.dumps({"bench": "sampler_tunix_peer", "model": name, "batch": B,
                             "error": f"{type(e).__name__}: {str(e)[:300]}"}), flush=True)
       for lay in layouts:
-        for ATTN in (a.decode_attention.split(",") if lay == "dense" else ["einsum"]):
+        for impl in (a.decode_attention.split(",") if lay == "dense" else paged_impls):
+          if lay == "dense":
+            ATTN = impl
+          else:
+            PAGED_ATTN = impl
           single = None
           if a.single or a.multiturn:
             single = single_turn(name, cfg, B, a.prompt_len, a.new_tokens, dtype, a.repeats, lay)

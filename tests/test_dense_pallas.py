@@ -134,3 +134,94 @@ def test_kernel_that_stores_the_new_token_equals_write_then_attend(S_, splits, d
                              atol=atol, rtol=0)
   np.testing.assert_array_equal(np.asarray(k2, np.float32), np.asarray(want_k, np.float32))
   np.testing.assert_array_equal(np.asarray(v2, np.float32), np.asarray(want_v, np.float32))
+
+
+def _rope_case(B, K, G, H, dtype, pos, seed=5):
+  """A fused q/k/v projection [B, N + 2K, H] and HF RoPE cos, sin [B, H] at positions pos."""
+  from models import layers as L_
+  qkv = jnp.asarray(np.random.default_rng(seed).normal(size=(B, K * G + 2 * K, H)), dtype)
+  cos, sin = L_.rope_cos_sin(jnp.asarray(pos)[:, None], L_.rope_inv_freq(H, 10000.0, None),
+                             dtype)
+  return qkv, cos[:, 0], sin[:, 0]
+
+
+def test_rotation_matrix_is_rotate_half():
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 16)), jnp.float32)
+  want = jnp.concatenate([-x[:, 8:], x[:, :8]], axis=1)
+  np.testing.assert_array_equal(np.asarray(x @ DP.rotation(16, jnp.float32)), np.asarray(want))
+
+
+@pytest.mark.parametrize("dtype,atol,katol", [(jnp.float32, 2e-5, 1e-6),
+                                              (jnp.bfloat16, 3e-2, 1.6e-2)])
+@pytest.mark.parametrize("K,G,H,S_,splits", [(2, 7, 64, 48, 1), (2, 7, 64, 384, 3),
+                                             (4, 4, 128, 128, None), (1, 16, 32, 64, 2)])
+def test_kernel_with_rope_equals_rope_in_xla(K, G, H, S_, splits, dtype, atol, katol):
+  """dense_attention_write_qkv (the decode step's "pallas": heads split and RoPE applied in the
+  kernel) == split_rope in XLA, then dense_attention_write ("pallas_unfused"): the outputs, and
+  the caches (the token stored at pos, roped; bf16 may round one step apart: the kernel ropes
+  in fp32 and rounds once). G = 16 leaves no padded query row."""
+  B = 4
+  pos = jnp.asarray([0, 17, S_ - 1, S_ // 2], jnp.int32)
+  qkv, cos, sin = _rope_case(B, K, G, H, dtype, pos)
+  _, k, v = _inputs(B, K, G, H, S_, dtype, seed=6)
+  q2, kn, vn = DP.split_rope(qkv, cos, sin, K * G)
+  want, wk, wv = DP.dense_attention_write(q2, k, v, pos, kn, vn, interpret=True, splits=splits)
+  got, gk, gv = DP.dense_attention_write_qkv(qkv, cos, sin, k, v, pos, num_heads=K * G,
+                                             interpret=True, splits=splits)
+  assert got.shape == (B, K, G, H) and got.dtype == dtype
+  np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                             atol=atol, rtol=0)
+  np.testing.assert_allclose(np.asarray(gk, np.float32), np.asarray(wk, np.float32),
+                             atol=katol, rtol=0)
+  np.testing.assert_array_equal(np.asarray(gv, np.float32), np.asarray(wv, np.float32))
+  rows = jnp.arange(B)   # and RoPE was applied: the stored k is not the raw projection's
+  raw_k = qkv[:, K * G:K * G + K]
+  assert np.abs(np.asarray(gk[rows, :, pos] - raw_k, np.float32))[1:].max() > 0.1
+
+
+def test_rope_kernel_lowers_to_triton_for_gpus():
+  for B, K, G, H, S_ in ((256, 2, 7, 64, 384), (4, 4, 7, 128, 2048)):
+    qkv = jax.ShapeDtypeStruct((B, K * G + 2 * K, H), jnp.bfloat16)
+    cs = jax.ShapeDtypeStruct((B, H), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((B, K, S_, H), jnp.bfloat16)
+    pos = jax.ShapeDtypeStruct((B,), jnp.int32)
+    f = lambda a, c, s, k, v, p, N=K * G: DP.dense_attention_write_qkv(a, c, s, k, v, p,
+                                                                       num_heads=N)
+    text = jax.jit(f).trace(qkv, cs, cs, kv, kv, pos).lower(lowering_platforms=("cuda",)).as_text()
+    assert "dense_decode_attention" in text
+
+
+@pytest.mark.parametrize("qkv_bias", [True, False])
+def test_greedy_decode_rope_in_kernel_equals_einsum(qkv_bias):
+  """The decode loop with fused weights: "pallas" (RoPE in the kernel), "pallas_unfused" and
+  "einsum" give the same greedy tokens."""
+  cfg = models.ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
+                           num_heads=4, num_kv_heads=2, head_dim=16, qkv_bias=qkv_bias)
+  p = models.init_params(cfg, jax.random.key(0), std=0.2)
+  if qkv_bias:   # init_params zeroes biases: give them values so the bias path is exercised
+    p["layers"] = {**p["layers"], **{n: 0.3 * jax.random.normal(jax.random.key(i),
+                                                                 p["layers"][n].shape)
+                                     for i, n in enumerate(("bq", "bk", "bv"))}}
+  B, P, N = 3, 6, 10
+  tables = S.build_stop_tables([b"x"] * cfg.vocab_size, []).to_device()
+  dparams = S.make_decode_params(cfg, p, jnp.float32, True)
+  assert "w_qkv" in dparams["layers"][0]
+  prompt = jax.random.randint(jax.random.key(1), (B, P), 0, cfg.vocab_size)
+  out = {}
+  for impl in ("einsum", "pallas", "pallas_unfused"):
+    st = S.init_state(cfg, B, P + N + 4, tables.prefix_VM.shape[1], jnp.float32)
+    rows = jnp.arange(B, dtype=jnp.int32)
+    st = S.prefill_rows(cfg, st, p, rows, prompt[:, :-1], jnp.zeros((B,), jnp.int32),
+                        dtype=jnp.float32)
+    st = S.set_rows(st, rows, prompt[:, -1], jnp.full((B,), P - 1, jnp.int32),
+                    jnp.ones((B,), bool))
+    _, o = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
+                    jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(2),
+                    num_steps=N, sampling=S.SamplingParams(0.0), dtype=jnp.float32,
+                    attn_impl=impl)
+    out[impl] = o
+  for impl in ("pallas", "pallas_unfused"):
+    np.testing.assert_array_equal(np.asarray(out[impl].tokens_BN),
+                                  np.asarray(out["einsum"].tokens_BN))
+    np.testing.assert_allclose(np.asarray(out[impl].logprobs_BN),
+                               np.asarray(out["einsum"].logprobs_BN), atol=1e-5)

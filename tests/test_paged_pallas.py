@@ -93,3 +93,34 @@ def test_choose_splits_reaches_the_program_target():
   assert PP.block_pages(share=8, page_size=64) == 2    # 128 slots a block
   assert PP.block_pages(share=1, page_size=64) == 1
   assert PP.block_pages(share=16, page_size=8) == 16
+
+
+@pytest.mark.parametrize("dtype,atol,katol", [(jnp.float32, 2e-5, 1e-6),
+                                              (jnp.bfloat16, 3e-2, 1.6e-2)])
+@pytest.mark.parametrize("G,H,T,C,splits", [(7, 64, 16, 8, 1), (7, 64, 16, 8, 2),
+                                            (4, 32, 64, 4, None)])
+def test_kernel_with_rope_equals_rope_in_xla(G, H, T, C, splits, dtype, atol, katol):
+  """paged_attention_write_qkv (the decode step's "pallas": heads split and RoPE applied in the
+  kernel) == DP.split_rope in XLA, then paged_attention_write ("pallas_unfused"): outputs, and
+  pools that differ only at the stored tokens, by at most one bf16 rounding of the roped k."""
+  from models import layers as L_
+  from ssp_jax.sampling import dense_pallas as DP
+  q, kp, vp, table, pos, _, _ = _case(5, 2, G, H, T, C, 2 + 5 * C, dtype)
+  B, K = q.shape[:2]
+  N = K * G
+  qkv = jnp.asarray(np.random.default_rng(7).normal(size=(B, N + 2 * K, H)), dtype)
+  cos, sin = L_.rope_cos_sin(pos[:, None], L_.rope_inv_freq(H, 10000.0, None), dtype)
+  cos, sin = cos[:, 0], sin[:, 0]
+  q2, kn, vn = DP.split_rope(qkv, cos, sin, N)
+  want, wk, wv = PP.paged_attention_write(q2, kp, vp, table, pos, kn, vn, interpret=True,
+                                          splits=splits)
+  got, gk, gv = PP.paged_attention_write_qkv(qkv, cos, sin, kp, vp, table, pos, num_heads=N,
+                                             interpret=True, splits=splits)
+  assert got.shape == (B, K, G, H) and got.dtype == dtype
+  np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                             atol=atol, rtol=0)
+  owned = np.unique(np.asarray(table)[np.asarray(table) > 0])   # NaN elsewhere, untouched
+  np.testing.assert_allclose(np.asarray(gk[:, owned], np.float32),
+                             np.asarray(wk[:, owned], np.float32), atol=katol, rtol=0)
+  np.testing.assert_array_equal(np.asarray(gv[:, owned], np.float32),
+                                np.asarray(wv[:, owned], np.float32))

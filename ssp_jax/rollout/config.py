@@ -32,7 +32,9 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # (fused kernel, sampling/dense_pallas.py); paged: gather (pure
                                 # JAX, any backend) | pallas (fused kernel that also stores the
                                 # new K/V, sampling/paged_pallas.py) | pallas_jax (JAX's
-                                # library kernel after scattering the K/V)
+                                # library kernel after scattering the K/V). Both layouts'
+                                # pallas also apply RoPE to the raw q/k/v projection (fused
+                                # weights, no q/k norm); pallas_unfused: RoPE in XLA first
   # --- KV layout (docs/rollout.md, "Paged KV cache") ---
   c.kv_layout = "auto"          # dense: [L, B, K, S, H] rows | paged: a shared pool of pages |
                                 # auto: paged where decode attention is the Pallas kernels (a

@@ -132,6 +132,22 @@ def _qkv(cfg, lp, x_BTD, cos, sin, sharder):
   return L_.apply_rope(q, cos, sin), L_.apply_rope(k, cos, sin), v
 
 
+def _rope_in_kernel(cfg: ModelConfig, lp: dict, attn_impl: str) -> bool:
+  """Whether a layer's "pallas" kernel takes the raw fused projection and applies RoPE itself
+  (`DP.rope_inputs`): fused q/k/v weights and no q/k norm (Qwen3's norms run before RoPE, in
+  XLA: such models take the "pallas_unfused" path)."""
+  return attn_impl == "pallas" and "w_qkv" in lp and not cfg.qk_norm
+
+
+def _qkv_raw(cfg, lp, x_B1D):
+  """The fused projection [B, N + 2K, H] (bias added, no RoPE) for `_rope_in_kernel` layers."""
+  h_B1D = L_.rms_norm(x_B1D, lp["attn_norm"], cfg.rms_norm_eps)
+  qkv_B1E = jnp.einsum("BTD,DE->BTE", h_B1D, lp["w_qkv"].astype(h_B1D.dtype))
+  if cfg.qkv_bias:
+    qkv_B1E = qkv_B1E + lp["b_qkv"].astype(qkv_B1E.dtype)
+  return qkv_B1E.reshape(x_B1D.shape[0], cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim)
+
+
 def _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder):
   """D._attn_out_and_mlp, or with one gate/up GEMM over the fused weight of `_fuse_layer`."""
   if "w_gate_up" not in lp:
@@ -144,7 +160,7 @@ def _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder):
   return x_B1D + jnp.einsum("BTF,FD->BTD", act_B1F, lp["w_down"].astype(act_B1F.dtype))
 
 
-ATTN_IMPLS = ("reduce", "einsum", "einsum_readonly", "cudnn", "xla", "pallas")
+ATTN_IMPLS = ("reduce", "einsum", "einsum_readonly", "cudnn", "xla", "pallas", "pallas_unfused")
 
 
 def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax.Array,
@@ -165,7 +181,9 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     ("cudnn": the cuDNN flash kernel on NVIDIA GPUs), on a transposed copy of the layer's
     buffer (it takes [B, S, K, H]). "pallas": one fused kernel per layer (sampling/dense_pallas.py:
     online softmax, reads each row's K/V once up to its position and stores the new K/V at it,
-    in place; Pallas interpret mode on a CPU, slow)."""
+    in place; Pallas interpret mode on a CPU, slow); with fused q/k/v weights and no q/k norm it
+    also splits the heads of the projection and applies RoPE and the scale itself.
+    "pallas_unfused": the same kernel after XLA's split, RoPE, scale and pad kernels."""
   if "table" in cache:
     return _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, dtype=dtype, sharder=sharder,
                                  attn_impl=attn_impl)
@@ -186,6 +204,12 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   k_all, v_all = list(cache["k"]), list(cache["v"])
   new_k, new_v = [], []
   for l, lp in enumerate(dparams["layers"]):             # unrolled: static, whole weights
+    if _rope_in_kernel(cfg, lp, attn_impl):   # RoPE, the split and the K/V store in the kernel
+      attn, k_all[l], v_all[l] = DP.dense_attention_write_qkv(
+          _qkv_raw(cfg, lp, x_B1D), cos[:, 0], sin[:, 0], k_all[l], v_all[l], pos_B,
+          num_heads=N, interpret=jax.default_backend() == "cpu")
+      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn.reshape(B, 1, N, H), sharder)
+      continue
     q, k, v = _qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
     k_BKH, v_BKH = k[:, 0].astype(k_all[l].dtype), v[:, 0].astype(v_all[l].dtype)
     if attn_impl == "einsum_readonly":
@@ -195,7 +219,7 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
       new_v.append(v_BKH)
       x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
       continue
-    if attn_impl == "pallas":   # the kernel stores k/v at pos itself (no scatter kernels)
+    if attn_impl in ("pallas", "pallas_unfused"):   # the kernel stores k/v at pos itself
       attn, k_all[l], v_all[l] = DP.dense_attention_write(
           q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], pos_B, k_BKH, v_BKH,
           interpret=jax.default_backend() == "cpu")
@@ -233,8 +257,10 @@ def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, 
   (page, offset) of pos_B (first, or inside the "pallas" kernel), and attends over slots
   <= pos_B through the page table.
   attn_impl: "gather" (pure JAX, any backend), "pallas" (sampling/paged_pallas.py: one fused
-  kernel a layer that also stores the new K/V, so no scatter) or "pallas_jax" (JAX's library
-  kernel); the dense names ("einsum", "reduce", ...) mean "gather" here."""
+  kernel a layer that also stores the new K/V, so no scatter, and with fused q/k/v weights and
+  no q/k norm splits the projection's heads and applies RoPE itself), "pallas_unfused" (the
+  same kernel after XLA's split, RoPE, scale and pad) or "pallas_jax" (JAX's library kernel);
+  the dense names ("einsum", "reduce", ...) mean "gather" here."""
   impl = attn_impl if attn_impl in PG.PAGED_ATTN_IMPLS else "gather"
   B = tok_B.shape[0]
   K, N, H = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
@@ -254,9 +280,17 @@ def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, 
   x_B1D = D._embed(cfg, dparams, tok_B[:, None], dtype, sharder)
   new_k, new_v = [], []
   for l, lp in enumerate(dparams["layers"]):
+    if _rope_in_kernel(cfg, lp, impl):   # RoPE, the split and the K/V store in the kernel
+      attn_BKGH, kp, vp = PP.paged_attention_write_qkv(
+          _qkv_raw(cfg, lp, x_B1D), cos[:, 0], sin[:, 0], cache["k"][l], cache["v"][l],
+          table_BC, pos_B, num_heads=N, interpret=interpret)
+      new_k.append(kp)
+      new_v.append(vp)
+      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_BKGH.reshape(B, 1, N, H), sharder)
+      continue
     q, k, v = _qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
     q_BKGH = q[:, 0].reshape(B, K, G, H)
-    if impl == "pallas":   # the kernel stores k/v at (page, offset) of pos itself
+    if impl in ("pallas", "pallas_unfused"):   # the kernel stores k/v at (page, offset) of pos
       attn_BKGH, kp, vp = PP.paged_attention_write(q_BKGH, cache["k"][l], cache["v"][l],
                                                    table_BC, pos_B, k[:, 0], v[:, 0],
                                                    interpret=interpret)

@@ -41,6 +41,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from models import layers as L_
+
 MIN_PROGRAMS = 512   # split the slots until B * K * splits reaches this (H200: 132 SMs)
 MAX_BLOCK = 128      # slots per loop iteration (at most)
 
@@ -66,6 +68,58 @@ def add_token(q_GH, kn_H, vn_H, mine, o_GH, m_G, l_G):
   return o_GH, m_new, alpha_G * l_G + p_G
 
 
+def rotation(H: int, dtype) -> jax.Array:
+  """[H, H] signed permutation R with x @ R = HF's rotate_half(x) = concat(-x[H/2:], x[:H/2])."""
+  i = lax.broadcasted_iota(jnp.int32, (H, H), 0)
+  j = lax.broadcasted_iota(jnp.int32, (H, H), 1)
+  half = H // 2
+  r = jnp.where(j < half, jnp.where(i == j + half, -1.0, 0.0),
+                jnp.where(i == j - half, 1.0, 0.0))
+  return r.astype(dtype)
+
+
+def rope_inputs(qkv_ref, cos_ref, sin_ref, num_heads: int, Gp: int, dtype):
+  """Inside a decode kernel: (q [Gp, H] scaled by 1/sqrt(H), k [H], v [H], all in `dtype`) of
+  KV head program_id(1), from the row's fused projection qkv_ref [N + 2K, H] (bias added), with
+  RoPE (HF's rotate-half form) applied here at the row's cos_ref, sin_ref [H]. The XLA path
+  (`split_rope`, then the kernel) runs a slice, RoPE, scale and pad as separate kernels a layer.
+  The rotation is a dot with a signed permutation (one +-1 a column: exact); the rotated values
+  are rounded to the projection's dtype where `models.layers.apply_rope` would round them, q
+  again after the scale. Query rows past G repeat row G - 1 (their outputs are sliced off); k
+  is read as Gp copies of its row (a dot needs >= 16 rows), then reduced to one."""
+  R_, H = qkv_ref.shape
+  N = num_heads
+  K = (R_ - N) // 2
+  G = N // K
+  h = pl.program_id(1)
+  i_G = lax.broadcasted_iota(jnp.int32, (Gp,), 0)
+  f32 = jnp.float32
+  cos_H, sin_H = cos_ref[...].astype(f32), sin_ref[...].astype(f32)
+  rot = rotation(H, qkv_ref.dtype)
+  exact = qkv_ref.dtype == f32
+
+  def rope(x_GH):
+    r_GH = _dot(x_GH, rot, 0, exact)
+    return (x_GH.astype(f32) * cos_H[None, :] + r_GH * sin_H[None, :]).astype(qkv_ref.dtype)
+
+  q_GH = rope(qkv_ref[h * G + jnp.minimum(i_G, G - 1)])
+  q_GH = (q_GH.astype(f32) / math.sqrt(H)).astype(dtype)
+  k_H = jnp.max(rope(qkv_ref[N + h + 0 * i_G]), axis=0).astype(dtype)
+  v_H = qkv_ref[N + K + h].astype(dtype)
+  return q_GH, k_H, v_H
+
+
+def split_rope(qkv_BRH: jax.Array, cos_BH: jax.Array, sin_BH: jax.Array, num_heads: int):
+  """What `rope_inputs` computes, in XLA: (q [B, K, G, H], k, v [B, K, H]) with RoPE on q and k
+  (`models.layers.apply_rope`); q not yet scaled. The fallback and the tests' reference."""
+  B, R_, H = qkv_BRH.shape
+  N = num_heads
+  K = (R_ - N) // 2
+  rope = lambda x: L_.apply_rope(x[:, None], cos_BH[:, None], sin_BH[:, None])[:, 0]
+  q = rope(qkv_BRH[:, :N]).reshape(B, K, N // K, H)
+  return q, rope(qkv_BRH[:, N:N + K]), qkv_BRH[:, N + K:]
+
+
 def combine_shares(o_BKJGH, m_BKJG, l_BKJG, G: int, dtype):
   """The splits' unnormalised (o, m, l) rescaled to one output [B, K, G, H] in `dtype` (a share
   with no slot has m = -inf, l = 0: weight 0; share 0 always holds one)."""
@@ -89,26 +143,32 @@ def out_blocks(B: int, K: int, splits: int, Gp: int, H: int, dtype) -> tuple[lis
            pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0))])
 
 
-def _kernel(pos_ref, q_ref, k_ref, v_ref, *refs, block: int, share: int, exact: bool,
-            write: bool):
-  """pos_ref [1]; q_ref [Gp, H]; k_ref, v_ref [share, H]: this program's slots
+def _kernel(pos_ref, *refs, block: int, share: int, exact: bool, write: bool,
+            rope: tuple | None):
+  """pos_ref [1]; then q_ref [Gp, H], k_ref, v_ref [share, H]: this program's slots
   j*share .. (j+1)*share - 1 of one (row, KV head). Writes out [Gp, H] (normalised) when one
   output ref comes, else unnormalised o [Gp, H], m [Gp], l [Gp].
-  write: refs start with kn_ref, vn_ref [H] (the query token's K/V, not yet in the cache) and
-  end with k_out, v_out [share, H] (the cache buffers, aliased to k_ref, v_ref): the loop reads
-  the slots before pos only, the new token is added from registers, and the program whose share
-  holds pos stores it there after the loop (no other program reads that slot)."""
-  if write:
-    kn_ref, vn_ref, *out_refs, k_out, v_out = refs
+  write: after v_ref come kn_ref, vn_ref [H] (the query token's K/V, not yet in the cache), and
+  the refs end with k_out, v_out [share, H] (the cache buffers, aliased to k_ref, v_ref): the
+  loop reads the slots before pos only, the new token is added from registers, and the program
+  whose share holds pos stores it there after the loop (no other program reads that slot).
+  rope = (num_heads, Gp): (write) qkv_ref [N + 2K, H], cos_ref, sin_ref [H] take the place of
+  q_ref and kn_ref, vn_ref (`rope_inputs`)."""
+  if rope is not None:
+    qkv_ref, cos_ref, sin_ref, k_ref, v_ref, *out_refs, k_out, v_out = refs
+    q_GH, kn_H, vn_H = rope_inputs(qkv_ref, cos_ref, sin_ref, *rope, k_ref.dtype)
+  elif write:
+    q_ref, k_ref, v_ref, kn_ref, vn_ref, *out_refs, k_out, v_out = refs
   else:
-    out_refs = refs
-  Gp, H = q_ref.shape
+    q_ref, k_ref, v_ref, *out_refs = refs
+  if rope is None:
+    q_GH = q_ref[...]
+  Gp, H = q_GH.shape
   start = pl.program_id(2) * share
   pos = pos_ref[0]
   last = pos - 1 if write else pos                      # the last slot read from the cache
   n_valid = jnp.minimum(last + 1 - start, share)        # slots of this share <= last (may be <= 0)
   trips = jnp.maximum((n_valid + block - 1) // block, 0)
-  q_GH = q_ref[...]
 
   def body(i, carry):
     o_GH, m_G, l_G = carry
@@ -129,7 +189,8 @@ def _kernel(pos_ref, q_ref, k_ref, v_ref, *refs, block: int, share: int, exact: 
   o_GH, m_G, l_G = lax.fori_loop(0, trips, body, init)
   if write:
     mine = (pos >= start) & (pos < start + share)
-    kn_H, vn_H = kn_ref[...], vn_ref[...]
+    if rope is None:
+      kn_H, vn_H = kn_ref[...], vn_ref[...]
     o_GH, m_G, l_G = add_token(q_GH, kn_H, vn_H, mine, o_GH, m_G, l_G)
 
     @pl.when(mine)
@@ -171,6 +232,23 @@ def dense_attention_write(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Arra
                           v_BKH.astype(v_BKSH.dtype), interpret=interpret, splits=splits)
 
 
+def dense_attention_write_qkv(qkv_BRH: jax.Array, cos_BH: jax.Array, sin_BH: jax.Array,
+                              k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array, *,
+                              num_heads: int, interpret: bool = False,
+                              splits: int | None = None
+                              ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`dense_attention_write` from the layer's fused q/k/v projection qkv_BRH [B, N + 2K, H]
+  (bias added, no RoPE yet) and the rows' RoPE cos_BH, sin_BH [B, H]: the kernel splits the
+  heads, applies RoPE and the 1/sqrt(H) scale itself (`rope_inputs`), so no XLA kernel runs
+  between the projection's GEMM and it. Returns attention [B, K, G, H] in qkv's dtype."""
+  if k_BKSH.shape[2] % 16:
+    q, k, v = split_rope(qkv_BRH, cos_BH, sin_BH, num_heads)
+    return dense_attention_write(q, k_BKSH, v_BKSH, pos_B, k, v, interpret=interpret,
+                                 splits=splits)
+  return _dense_attention(qkv_BRH, k_BKSH, v_BKSH, pos_B, cos_BH, sin_BH, interpret=interpret,
+                          splits=splits, num_heads=num_heads)
+
+
 def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array,
                     *, interpret: bool = False, splits: int | None = None, num_warps: int = 4,
                     num_stages: int = 2) -> jax.Array:
@@ -181,15 +259,20 @@ def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos
                           splits=splits, num_warps=num_warps, num_stages=num_stages)
 
 
-@functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages"))
+@functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages",
+                                             "num_heads"))
 def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret: bool = False,
-                     splits: int | None = None, num_warps: int = 4, num_stages: int = 2):
-  """The pallas_call of both: kn_BKH / vn_BKH None (attend over slots <= pos) or the new
-  token's K/V (attend before pos plus it, store it; returns (out, k, v))."""
+                     splits: int | None = None, num_warps: int = 4, num_stages: int = 2,
+                     num_heads: int | None = None):
+  """The pallas_call of all three: kn_BKH / vn_BKH None (attend over slots <= pos), the new
+  token's K/V (attend before pos plus it, store it; returns (out, k, v)), or, with num_heads,
+  q_BKGH is the fused projection [B, N + 2K, H] and kn_BKH, vn_BKH are RoPE's cos, sin [B, H]
+  (`rope_inputs`; returns (out, k, v))."""
+  rope = num_heads is not None
   write = kn_BKH is not None
-  B, K, G, H = q_BKGH.shape
-  S = k_BKSH.shape[2]
-  if S % 16:   # masked slots; only odd cache lengths pay this copy
+  B, K, S, H = k_BKSH.shape
+  G = num_heads // K if rope else q_BKGH.shape[2]
+  if S % 16:   # masked slots; only odd cache lengths pay this copy (not taken with rope)
     pad = ((0, 0), (0, 0), (0, -S % 16), (0, 0))
     k_BKSH, v_BKSH = jnp.pad(k_BKSH, pad), jnp.pad(v_BKSH, pad)
     S = k_BKSH.shape[2]
@@ -199,25 +282,36 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
   share = S // splits
   block = math.gcd(share, MAX_BLOCK)
   Gp = max(16, pl.next_power_of_2(G))
-  q_BKGH_ = (q_BKGH / math.sqrt(H)).astype(k_BKSH.dtype)
-  q_BKGH_ = jnp.pad(q_BKGH_, ((0, 0), (0, 0), (0, Gp - G), (0, 0)))
   pos_B1 = pos_B.astype(jnp.int32).reshape(B, 1)
-  in_specs = [pl.BlockSpec((None, 1), lambda b, h, j: (b, 0)),
-              pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0)),
-              pl.BlockSpec((None, None, share, H), lambda b, h, j: (b, h, j, 0)),
-              pl.BlockSpec((None, None, share, H), lambda b, h, j: (b, h, j, 0))]
+  kv_spec = pl.BlockSpec((None, None, share, H), lambda b, h, j: (b, h, j, 0))
+  in_specs = [pl.BlockSpec((None, 1), lambda b, h, j: (b, 0))]
+  if rope:
+    R_ = q_BKGH.shape[1]
+    args = (pos_B1, q_BKGH, kn_BKH, vn_BKH, k_BKSH, v_BKSH)
+    in_specs += [pl.BlockSpec((None, R_, H), lambda b, h, j: (b, 0, 0)),
+                 pl.BlockSpec((None, H), lambda b, h, j: (b, 0)),
+                 pl.BlockSpec((None, H), lambda b, h, j: (b, 0)), kv_spec, kv_spec]
+    kv_args = (4, 5)
+  else:
+    q_BKGH_ = (q_BKGH / math.sqrt(H)).astype(k_BKSH.dtype)
+    q_BKGH_ = jnp.pad(q_BKGH_, ((0, 0), (0, 0), (0, Gp - G), (0, 0)))
+    args = (pos_B1, q_BKGH_, k_BKSH, v_BKSH)
+    in_specs += [pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0)),
+                 kv_spec, kv_spec]
+    kv_args = (2, 3)
+    if write:
+      args += (kn_BKH, vn_BKH)
+      in_specs += [pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0))] * 2
   out_shape, out_specs = out_blocks(B, K, splits, Gp, H, q_BKGH.dtype)
-  kernel = functools.partial(_kernel, block=block, share=share,
-                             exact=k_BKSH.dtype == jnp.float32, write=write)
-  args = (pos_B1, q_BKGH_, k_BKSH, v_BKSH)
   aliases = {}
   if write:
-    args += (kn_BKH, vn_BKH)
-    in_specs += [pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0))] * 2
     out_shape += [jax.ShapeDtypeStruct(k_BKSH.shape, k_BKSH.dtype),
                   jax.ShapeDtypeStruct(v_BKSH.shape, v_BKSH.dtype)]
-    out_specs += [in_specs[2], in_specs[3]]
-    aliases = {2: len(out_shape) - 2, 3: len(out_shape) - 1}
+    out_specs += [kv_spec, kv_spec]
+    aliases = {kv_args[0]: len(out_shape) - 2, kv_args[1]: len(out_shape) - 1}
+  kernel = functools.partial(_kernel, block=block, share=share,
+                             exact=k_BKSH.dtype == jnp.float32, write=write,
+                             rope=(num_heads, Gp) if rope else None)
   out = pl.pallas_call(
       kernel, grid=(B, K, splits), in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
       input_output_aliases=aliases,

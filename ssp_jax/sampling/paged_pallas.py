@@ -48,14 +48,20 @@ MIN_PROGRAMS = 1024  # split the columns until B * K * splits reaches this (tune
 MAX_BLOCK = 128      # slots per loop iteration (at most; at least one page)
 
 
-def _kernel(pos_ref, table_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, *refs, pages: int,
-            exact: bool):
+def _kernel(pos_ref, table_ref, *refs, pages: int, exact: bool, rope: tuple | None):
   """pos_ref [1] (the query token's position); table_ref [share] (this program's columns of
-  the row's table); q_ref [Gp, H]; k_ref, v_ref [P, T, H] (one KV head's pools); kn_ref,
-  vn_ref [H] (the query token's K/V). refs: the output(s) (out [Gp, H] normalised, or o [Gp, H],
-  m [Gp], l [Gp]), then k_out, v_out [P, T, H] (aliased to k_ref, v_ref)."""
-  *out_refs, k_out, v_out = refs
-  Gp, H = q_ref.shape
+  the row's table); then q_ref [Gp, H], k_ref, v_ref [P, T, H] (one KV head's pools), kn_ref,
+  vn_ref [H] (the query token's K/V), the output(s) (out [Gp, H] normalised, or o [Gp, H],
+  m [Gp], l [Gp]), and k_out, v_out [P, T, H] (aliased to k_ref, v_ref).
+  rope = (num_heads, Gp): qkv_ref [N + 2K, H], cos_ref, sin_ref [H] come in place of q_ref,
+  and kn_ref, vn_ref are not passed (`DP.rope_inputs` computes q, k, v)."""
+  if rope is not None:
+    qkv_ref, cos_ref, sin_ref, k_ref, v_ref, *out_refs, k_out, v_out = refs
+    q_GH, kn_H, vn_H = DP.rope_inputs(qkv_ref, cos_ref, sin_ref, *rope, k_ref.dtype)
+  else:
+    q_ref, k_ref, v_ref, kn_ref, vn_ref, *out_refs, k_out, v_out = refs
+    q_GH = q_ref[...]
+  Gp, H = q_GH.shape
   T = k_ref.shape[1]
   share = table_ref.shape[0]
   block = pages * T
@@ -63,7 +69,6 @@ def _kernel(pos_ref, table_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, *refs, page
   pos = pos_ref[0]
   n_valid = jnp.minimum(pos - start, share * T)        # slots of this share < pos (may be <= 0)
   trips = jnp.maximum((n_valid + block - 1) // block, 0)
-  q_GH = q_ref[...]
 
   def body(i, carry):
     o_GH, m_G, l_G = carry
@@ -87,7 +92,8 @@ def _kernel(pos_ref, table_ref, q_ref, k_ref, v_ref, kn_ref, vn_ref, *refs, page
 
   col = pos // T - pl.program_id(2) * share            # pos's column within this share
   mine = (col >= 0) & (col < share)
-  kn_H, vn_H = kn_ref[...], vn_ref[...]
+  if rope is None:
+    kn_H, vn_H = kn_ref[...], vn_ref[...]
   o_GH, m_G, l_G = DP.add_token(q_GH, kn_H, vn_H, mine, o_GH, m_G, l_G)
 
   @pl.when(mine)
@@ -137,13 +143,34 @@ def paged_attention_write(q_BKGH: jax.Array, kp_KPTH: jax.Array, vp_KPTH: jax.Ar
                           num_stages=num_stages, max_block=max_block, min_programs=min_programs)
 
 
+def paged_attention_write_qkv(qkv_BRH: jax.Array, cos_BH: jax.Array, sin_BH: jax.Array,
+                              kp_KPTH: jax.Array, vp_KPTH: jax.Array, table_BC: jax.Array,
+                              pos_B: jax.Array, *, num_heads: int, interpret: bool = False,
+                              splits: int | None = None, num_warps: int = 4,
+                              num_stages: int = 2, max_block: int = MAX_BLOCK,
+                              min_programs: int = MIN_PROGRAMS
+                              ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`paged_attention_write` from the layer's fused q/k/v projection qkv_BRH [B, N + 2K, H]
+  (bias added, no RoPE yet) and the rows' RoPE cos_BH, sin_BH [B, H]: the kernel splits the
+  heads, applies RoPE and the 1/sqrt(H) scale itself (`DP.rope_inputs`), so no XLA kernel runs
+  between the projection's GEMM and it. Returns attention [B, K, G, H] in qkv's dtype."""
+  return _paged_attention(qkv_BRH, kp_KPTH, vp_KPTH, table_BC, pos_B, cos_BH, sin_BH,
+                          interpret=interpret, splits=splits, num_warps=num_warps,
+                          num_stages=num_stages, max_block=max_block, min_programs=min_programs,
+                          num_heads=num_heads)
+
+
 @functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages",
-                                             "max_block", "min_programs"))
+                                             "max_block", "min_programs", "num_heads"))
 def _paged_attention(q_BKGH, kp_KPTH, vp_KPTH, table_BC, pos_B, kn_BKH, vn_BKH, *,
                      interpret: bool, splits: int | None, num_warps: int, num_stages: int,
-                     max_block: int, min_programs: int):
-  B, K, G, H = q_BKGH.shape
-  _, P, T, _ = kp_KPTH.shape
+                     max_block: int, min_programs: int, num_heads: int | None = None):
+  """The pallas_call of both: q_BKGH, kn_BKH, vn_BKH the scaled-later query and the token's
+  K/V, or, with num_heads, the fused projection [B, N + 2K, H] and RoPE's cos, sin [B, H]."""
+  rope = num_heads is not None
+  K, P, T, H = kp_KPTH.shape
+  B = q_BKGH.shape[0]
+  G = num_heads // K if rope else q_BKGH.shape[2]
   C = table_BC.shape[1]
   if C & (C - 1):   # Triton loads need power-of-two sizes (the engine's tables always are)
     raise ValueError(f"the page table has {C} columns; the paged Pallas kernel needs a power of "
@@ -154,27 +181,37 @@ def _paged_attention(q_BKGH, kp_KPTH, vp_KPTH, table_BC, pos_B, kn_BKH, vn_BKH, 
   share = C // splits
   pages = block_pages(share, T, max_block)
   Gp = max(16, pl.next_power_of_2(G))
-  q_BKGH_ = (q_BKGH / math.sqrt(H)).astype(kp_KPTH.dtype)
-  q_BKGH_ = jnp.pad(q_BKGH_, ((0, 0), (0, 0), (0, Gp - G), (0, 0)))
   pos_B1 = pos_B.astype(jnp.int32).reshape(B, 1)
   pool_spec = pl.BlockSpec((None, P, T, H), lambda b, h, j: (h, 0, 0, 0))
   in_specs = [pl.BlockSpec((None, 1), lambda b, h, j: (b, 0)),
-              pl.BlockSpec((None, share), lambda b, h, j: (b, j)),
-              pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0)),
-              pool_spec, pool_spec,
-              pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0)),
-              pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0))]
+              pl.BlockSpec((None, share), lambda b, h, j: (b, j))]
+  if rope:
+    R_ = q_BKGH.shape[1]
+    args = (pos_B1, table_BC.astype(jnp.int32), q_BKGH, kn_BKH, vn_BKH, kp_KPTH, vp_KPTH)
+    in_specs += [pl.BlockSpec((None, R_, H), lambda b, h, j: (b, 0, 0)),
+                 pl.BlockSpec((None, H), lambda b, h, j: (b, 0)),
+                 pl.BlockSpec((None, H), lambda b, h, j: (b, 0)), pool_spec, pool_spec]
+    pools = (5, 6)
+  else:
+    q_BKGH_ = (q_BKGH / math.sqrt(H)).astype(kp_KPTH.dtype)
+    q_BKGH_ = jnp.pad(q_BKGH_, ((0, 0), (0, 0), (0, Gp - G), (0, 0)))
+    args = (pos_B1, table_BC.astype(jnp.int32), q_BKGH_, kp_KPTH, vp_KPTH, kn_BKH, vn_BKH)
+    in_specs += [pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0)),
+                 pool_spec, pool_spec,
+                 pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0)),
+                 pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0))]
+    pools = (3, 4)
   out_shape, out_specs = DP.out_blocks(B, K, splits, Gp, H, q_BKGH.dtype)
   out_shape += [jax.ShapeDtypeStruct(kp_KPTH.shape, kp_KPTH.dtype),
                 jax.ShapeDtypeStruct(vp_KPTH.shape, vp_KPTH.dtype)]
   out_specs += [pool_spec, pool_spec]
-  kernel = functools.partial(_kernel, pages=pages, exact=kp_KPTH.dtype == jnp.float32)
+  kernel = functools.partial(_kernel, pages=pages, exact=kp_KPTH.dtype == jnp.float32,
+                             rope=(num_heads, Gp) if rope else None)
   *out, kp_new, vp_new = pl.pallas_call(
       kernel, grid=(B, K, splits), in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
-      input_output_aliases={3: len(out_shape) - 2, 4: len(out_shape) - 1},
+      input_output_aliases={pools[0]: len(out_shape) - 2, pools[1]: len(out_shape) - 1},
       compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
-      interpret=interpret, name="paged_decode_attention")(
-          pos_B1, table_BC.astype(jnp.int32), q_BKGH_, kp_KPTH, vp_KPTH, kn_BKH, vn_BKH)
+      interpret=interpret, name="paged_decode_attention")(*args)
   if splits == 1:
     o = out[0][:, :, :G]
   else:
