@@ -145,12 +145,6 @@ def _rope_case(B, K, G, H, dtype, pos, seed=5):
   return qkv, cos[:, 0], sin[:, 0]
 
 
-def test_rotation_matrix_is_rotate_half():
-  x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 16)), jnp.float32)
-  want = jnp.concatenate([-x[:, 8:], x[:, :8]], axis=1)
-  np.testing.assert_array_equal(np.asarray(x @ DP.rotation(16, jnp.float32)), np.asarray(want))
-
-
 @pytest.mark.parametrize("dtype,atol,katol", [(jnp.float32, 2e-5, 1e-6),
                                               (jnp.bfloat16, 3e-2, 1.6e-2)])
 @pytest.mark.parametrize("K,G,H,S_,splits", [(2, 7, 64, 48, 1), (2, 7, 64, 384, 3),

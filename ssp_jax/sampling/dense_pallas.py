@@ -68,43 +68,31 @@ def add_token(q_GH, kn_H, vn_H, mine, o_GH, m_G, l_G):
   return o_GH, m_new, alpha_G * l_G + p_G
 
 
-def rotation(H: int, dtype) -> jax.Array:
-  """[H, H] signed permutation R with x @ R = HF's rotate_half(x) = concat(-x[H/2:], x[:H/2])."""
-  i = lax.broadcasted_iota(jnp.int32, (H, H), 0)
-  j = lax.broadcasted_iota(jnp.int32, (H, H), 1)
-  half = H // 2
-  r = jnp.where(j < half, jnp.where(i == j + half, -1.0, 0.0),
-                jnp.where(i == j - half, 1.0, 0.0))
-  return r.astype(dtype)
-
-
 def rope_inputs(qkv_ref, cos_ref, sin_ref, num_heads: int, Gp: int, dtype):
   """Inside a decode kernel: (q [Gp, H] scaled by 1/sqrt(H), k [H], v [H], all in `dtype`) of
   KV head program_id(1), from the row's fused projection qkv_ref [N + 2K, H] (bias added), with
   RoPE (HF's rotate-half form) applied here at the row's cos_ref, sin_ref [H]. The XLA path
   (`split_rope`, then the kernel) runs a slice, RoPE, scale and pad as separate kernels a layer.
-  The rotation is a dot with a signed permutation (one +-1 a column: exact); the rotated values
-  are rounded to the projection's dtype where `models.layers.apply_rope` would round them, q
-  again after the scale. Query rows past G repeat row G - 1 (their outputs are sliced off); k
-  is read as Gp copies of its row (a dot needs >= 16 rows), then reduced to one."""
+  rotate_half(x) is read, not computed: a second load of the same rows with the columns' halves
+  swapped (a gather from L1), times -1 on the first half. The rotated values are rounded to the
+  projection's dtype where `models.layers.apply_rope` rounds them, q again after the scale.
+  Query rows past G repeat row G - 1 (their outputs are sliced off)."""
   R_, H = qkv_ref.shape
   N = num_heads
   K = (R_ - N) // 2
   G = N // K
   h = pl.program_id(1)
-  i_G = lax.broadcasted_iota(jnp.int32, (Gp,), 0)
   f32 = jnp.float32
+  c_H = lax.broadcasted_iota(jnp.int32, (H,), 0)
+  swap_H = (c_H + H // 2) % H                       # rotate_half's source column
+  sign_H = jnp.where(c_H < H // 2, -1.0, 1.0)
   cos_H, sin_H = cos_ref[...].astype(f32), sin_ref[...].astype(f32)
-  rot = rotation(H, qkv_ref.dtype)
-  exact = qkv_ref.dtype == f32
-
-  def rope(x_GH):
-    r_GH = _dot(x_GH, rot, 0, exact)
-    return (x_GH.astype(f32) * cos_H[None, :] + r_GH * sin_H[None, :]).astype(qkv_ref.dtype)
-
-  q_GH = rope(qkv_ref[h * G + jnp.minimum(i_G, G - 1)])
+  rope = lambda x, x_swapped: (x.astype(f32) * cos_H + x_swapped.astype(f32) * sign_H * sin_H
+                               ).astype(qkv_ref.dtype)
+  rows_G = h * G + jnp.minimum(lax.broadcasted_iota(jnp.int32, (Gp,), 0), G - 1)
+  q_GH = rope(qkv_ref[rows_G], qkv_ref[rows_G[:, None], swap_H[None, :]])
   q_GH = (q_GH.astype(f32) / math.sqrt(H)).astype(dtype)
-  k_H = jnp.max(rope(qkv_ref[N + h + 0 * i_G]), axis=0).astype(dtype)
+  k_H = rope(qkv_ref[N + h], qkv_ref[N + h, swap_H]).astype(dtype)
   v_H = qkv_ref[N + K + h].astype(dtype)
   return q_GH, k_H, v_H
 
