@@ -1,5 +1,5 @@
-"""RoPE in the decode kernels, checked on the device: `decode_attention="pallas"` (the kernel
-splits the fused q/k/v projection and applies RoPE itself) against `"pallas_unfused"` (XLA's
+"""RoPE in the decode kernels, checked on the device: `decode_attention="pallas_rope"` (the
+kernel splits the fused q/k/v projection and applies RoPE itself) against `"pallas"` (XLA's
 split and RoPE, then the same kernel), for the dense and the paged layout. Prints one JSON line
 per (model heads, layout, dtype): the largest absolute difference of the attention outputs and
 of the K/V the kernels store, with the largest output magnitude for scale. The tests run the

@@ -35,8 +35,8 @@
 #       0.5B with each (single turn paged too: the ratio's denominator), then a profile of the
 #       first's multi-turn run
 #   pk7 m7's paged run with each kernel in PK (7B, warm)
-#   rk  RoPE in the decode kernels (rollout.decode_attention "pallas") against XLA's RoPE before
-#       them ("pallas_unfused"): bench/decode_rope_check.py on the device, then 0.5B single turn
+#   rk  RoPE in the decode kernels (rollout.decode_attention "pallas_rope") against XLA's RoPE
+#       before them ("pallas"): bench/decode_rope_check.py on the device, then 0.5B single turn
 #       (paged and dense) and m's paged multi-turn run with each, in both orders; a profile
 #   rk7 the same comparison at 7B (paged single turn and m7's multi-turn run)
 #   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000), cold, each in its own
@@ -199,25 +199,25 @@ for s in $STAGES; do
           --multiturn --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
           --paged-attention $pk
       done ;;
-    rk)   # RoPE in the decode kernels ("pallas") against XLA's RoPE first ("pallas_unfused"):
+    rk)   # RoPE in the decode kernels ("pallas_rope") against XLA's RoPE first ("pallas"):
           # the device check, then 0.5B single turn and m's paged multi-turn run with both,
           # in one process and again in the other order, then a profile of the single turn
       T=${T:-200} run rk_check $PY bench/decode_rope_check.py
       T=${T:-240} run rk_ab $B --presets qwen2.5-0.5b --kv-layout paged --multiturn \
         --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 3 \
-        --paged-attention pallas,pallas_unfused
+        --paged-attention pallas_rope,pallas
       T=${T:-240} run rk_ba $B --presets qwen2.5-0.5b --kv-layout paged --multiturn \
         --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 3 \
-        --paged-attention pallas_unfused,pallas
+        --paged-attention pallas,pallas_rope
       T=${T:-150} run rk_dense $B --presets qwen2.5-0.5b --kv-layout dense --repeats 3 \
-        --decode-attention pallas,pallas_unfused,pallas
+        --decode-attention pallas_rope,pallas,pallas_rope
       T=${T:-150} run rk_prof $B --presets qwen2.5-0.5b --kv-layout paged --repeats 1 \
-        --paged-attention pallas --profile "$PROF/rk"
+        --paged-attention pallas_rope --profile "$PROF/rk"
       timeout 120 $PY bench/trace_summary.py "$PROF/rk" --top 40 > "$OUT/rk_trace.jsonl" ;;
-    rk7)  # rk at 7B: single turn (both layouts) and m7's paged multi-turn run, both kernels
+    rk7)  # rk at 7B: paged single turn and m7's paged multi-turn run, both kernels
       T=${T:-420} run rk7_ab $B --presets qwen2.5-7b --kv-layout paged --multiturn \
         --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
-        --paged-attention pallas,pallas_unfused ;;
+        --paged-attention pallas_rope,pallas ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done

@@ -446,14 +446,13 @@ def main(argv=None) -> int:
   p.add_argument("--mt-prompts-per-slot", type=int, default=2)
   p.add_argument("--mt-max-obs", type=int, default=512)
   p.add_argument("--decode-attention", default="einsum",
-                 help="dense layout: reduce | einsum | cudnn | xla | pallas (RoPE in the "
-                 "kernel) | pallas_unfused (RoPE in XLA first); a comma list compares them")
+                 help="dense layout: reduce | einsum | cudnn | xla | pallas | pallas_rope (RoPE "
+                 "in the kernel); a comma list compares them")
   p.add_argument("--kv-layout", default="dense", help="dense | paged; a comma list compares them")
   p.add_argument("--paged-attention", default=None,
-                 help="paged layout: gather | pallas (fused, sampling/paged_pallas.py; RoPE "
-                 "in the kernel) | pallas_unfused (RoPE in XLA first) | pallas_jax (JAX's "
-                 "library kernel); a comma list compares them (default: pallas on GPU, else "
-                 "gather)")
+                 help="paged layout: gather | pallas (fused, sampling/paged_pallas.py) | "
+                 "pallas_rope (the same, RoPE in the kernel) | pallas_jax (JAX's library "
+                 "kernel); a comma list compares them (default: pallas on GPU, else gather)")
   p.add_argument("--kv-max-tokens", type=int, default=0,
                  help="paged pool cap in tokens (rollout.kv_max_tokens; 0 = no cap)")
   p.add_argument("--peer", default="auto", help="auto (tunix when importable) | tunix | none")

@@ -150,8 +150,8 @@ def _rope_case(B, K, G, H, dtype, pos, seed=5):
 @pytest.mark.parametrize("K,G,H,S_,splits", [(2, 7, 64, 48, 1), (2, 7, 64, 384, 3),
                                              (4, 4, 128, 128, None), (1, 16, 32, 64, 2)])
 def test_kernel_with_rope_equals_rope_in_xla(K, G, H, S_, splits, dtype, atol, katol):
-  """dense_attention_write_qkv (the decode step's "pallas": heads split and RoPE applied in the
-  kernel) == split_rope in XLA, then dense_attention_write ("pallas_unfused"): the outputs, and
+  """dense_attention_write_qkv (the decode step's "pallas_rope": heads split and RoPE applied in the
+  kernel) == split_rope in XLA, then dense_attention_write ("pallas"): the outputs, and
   the caches (the token stored at pos, roped; bf16 may round one step apart: the kernel ropes
   in fp32 and rounds once). G = 16 leaves no padded query row."""
   B = 4
@@ -187,7 +187,7 @@ def test_rope_kernel_lowers_to_triton_for_gpus():
 
 @pytest.mark.parametrize("qkv_bias", [True, False])
 def test_greedy_decode_rope_in_kernel_equals_einsum(qkv_bias):
-  """The decode loop with fused weights: "pallas" (RoPE in the kernel), "pallas_unfused" and
+  """The decode loop with fused weights: "pallas_rope" (RoPE in the kernel), "pallas" and
   "einsum" give the same greedy tokens."""
   cfg = models.ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
                            num_heads=4, num_kv_heads=2, head_dim=16, qkv_bias=qkv_bias)
@@ -202,7 +202,7 @@ def test_greedy_decode_rope_in_kernel_equals_einsum(qkv_bias):
   assert "w_qkv" in dparams["layers"][0]
   prompt = jax.random.randint(jax.random.key(1), (B, P), 0, cfg.vocab_size)
   out = {}
-  for impl in ("einsum", "pallas", "pallas_unfused"):
+  for impl in ("einsum", "pallas", "pallas_rope"):
     st = S.init_state(cfg, B, P + N + 4, tables.prefix_VM.shape[1], jnp.float32)
     rows = jnp.arange(B, dtype=jnp.int32)
     st = S.prefill_rows(cfg, st, p, rows, prompt[:, :-1], jnp.zeros((B,), jnp.int32),
@@ -214,7 +214,7 @@ def test_greedy_decode_rope_in_kernel_equals_einsum(qkv_bias):
                     num_steps=N, sampling=S.SamplingParams(0.0), dtype=jnp.float32,
                     attn_impl=impl)
     out[impl] = o
-  for impl in ("pallas", "pallas_unfused"):
+  for impl in ("pallas", "pallas_rope"):
     np.testing.assert_array_equal(np.asarray(out[impl].tokens_BN),
                                   np.asarray(out["einsum"].tokens_BN))
     np.testing.assert_allclose(np.asarray(out[impl].logprobs_BN),

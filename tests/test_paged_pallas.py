@@ -100,8 +100,8 @@ def test_choose_splits_reaches_the_program_target():
 @pytest.mark.parametrize("G,H,T,C,splits", [(7, 64, 16, 8, 1), (7, 64, 16, 8, 2),
                                             (4, 32, 64, 4, None)])
 def test_kernel_with_rope_equals_rope_in_xla(G, H, T, C, splits, dtype, atol, katol):
-  """paged_attention_write_qkv (the decode step's "pallas": heads split and RoPE applied in the
-  kernel) == DP.split_rope in XLA, then paged_attention_write ("pallas_unfused"): outputs, and
+  """paged_attention_write_qkv (the decode step's "pallas_rope": heads split and RoPE applied in
+  the kernel) == DP.split_rope in XLA, then paged_attention_write ("pallas"): outputs, and
   pools that differ only at the stored tokens, by at most one bf16 rounding of the roped k."""
   from models import layers as L_
   from ssp_jax.sampling import dense_pallas as DP

@@ -179,7 +179,7 @@ def test_auto_kv_layout_resolves_per_backend(model, monkeypatch):
   assert rc.kv_layout == "auto"
   rc.kv_layout = "dense"
   eng = RolloutEngine(model[0], model[2], rc, SmallBM25Retriever())
-  assert (eng.cfg.kv_layout, eng.cfg.decode_attention) == ("dense", "pallas")
+  assert (eng.cfg.kv_layout, eng.cfg.decode_attention) == ("dense", "pallas_rope")
 
 
 def test_auto_prefill_attention_resolves_per_backend_and_dtype(model, monkeypatch):

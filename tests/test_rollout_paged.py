@@ -136,10 +136,10 @@ def assert_same_trajectories(want, got, atol=2e-4):
                                       dict(page_size=4, kv_max_tokens=160),
                                       dict(page_size=4, kv_pool="grow"),
                                       dict(page_size=8, decode_attention="pallas"),
-                                      dict(page_size=8, decode_attention="pallas_unfused"),
+                                      dict(page_size=8, decode_attention="pallas_rope"),
                                       dict(page_size=8, decode_attention="pallas_jax")],
                          ids=["ample_pool", "tight_pool_preempts", "growing_pool",
-                              "pallas_interpret", "pallas_unfused_interpret",
+                              "pallas_interpret", "pallas_rope_interpret",
                               "pallas_jax_interpret"])
 def test_multiturn_greedy_paged_equals_dense(model, tags, paged_kw):
   cfg, params, tok = model

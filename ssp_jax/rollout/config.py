@@ -27,14 +27,15 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # halves (rows move to the first slots) down to this; 0 = never
   c.dtype = "bfloat16"          # compute dtype of the forward pass
   c.cache_dtype = "bfloat16"    # KV cache dtype
-  c.decode_attention = "auto"   # auto: pallas on a GPU with an unsplit mesh, else einsum;
+  c.decode_attention = "auto"   # auto: on a GPU with an unsplit mesh pallas (paged) or
+                                # pallas_rope (dense), else einsum;
                                 # dense: einsum (batched GEMMs) | reduce | cudnn | xla | pallas
                                 # (fused kernel, sampling/dense_pallas.py); paged: gather (pure
                                 # JAX, any backend) | pallas (fused kernel that also stores the
                                 # new K/V, sampling/paged_pallas.py) | pallas_jax (JAX's
-                                # library kernel after scattering the K/V). Both layouts'
-                                # pallas also apply RoPE to the raw q/k/v projection (fused
-                                # weights, no q/k norm); pallas_unfused: RoPE in XLA first
+                                # library kernel after scattering the K/V). pallas_rope (both
+                                # layouts): pallas that also applies RoPE to the raw q/k/v
+                                # projection (fused weights, no q/k norm; else pallas)
   # --- KV layout (docs/rollout.md, "Paged KV cache") ---
   c.kv_layout = "auto"          # dense: [L, B, K, S, H] rows | paged: a shared pool of pages |
                                 # auto: paged where decode attention is the Pallas kernels (a

@@ -88,7 +88,10 @@ class RolloutEngine:
         if str(self.cfg.kv_layout) == "auto":
           self.cfg.kv_layout = "paged" if self._pallas_here() else "dense"
         if str(self.cfg.decode_attention) == "auto":
-          self.cfg.decode_attention = "pallas" if self._pallas_here() else "einsum"
+          # RoPE in the dense kernel: its single-turn step 4% faster on one H100; the paged
+          # kernel's multi-turn step was not faster with it (bench/RESULTS.md, 2026-12-06)
+          rope = "pallas_rope" if self.cfg.kv_layout == "dense" else "pallas"
+          self.cfg.decode_attention = rope if self._pallas_here() else "einsum"
         if str(self.cfg.get("prefill_attention", "xla")) == "auto":   # cuDNN takes bf16/fp16
           half = self.dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
           self.cfg.prefill_attention = "cudnn" if self._pallas_here() and half else "xla"
@@ -110,8 +113,9 @@ class RolloutEngine:
   # -- public API ----------------------------------------------------------------------------
   def _pallas_here(self) -> bool:
     """Whether the "auto" settings take the Pallas kernels: on a GPU when no mesh axis splits
-    the rows or heads. Then decode_attention="auto" is "pallas" (else the batched GEMMs,
-    "einsum"; "gather" for the paged layout) and kv_layout="auto" is "paged" (else "dense").
+    the rows or heads. Then decode_attention="auto" is "pallas" ("pallas_rope" on the dense
+    layout; else the batched GEMMs, "einsum"; "gather" for the paged layout) and
+    kv_layout="auto" is "paged" (else "dense").
     On one H200 the dense kernel's step was 1.23x the einsum one at 0.5B and 1.11x at 7B, and
     the paged layout with its kernel the fastest multi-turn one (bench/RESULTS.md)."""
     one = self._unsplit("act_batch", "q_heads", "kv_heads", "mlp")

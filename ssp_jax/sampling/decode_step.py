@@ -133,10 +133,10 @@ def _qkv(cfg, lp, x_BTD, cos, sin, sharder):
 
 
 def _rope_in_kernel(cfg: ModelConfig, lp: dict, attn_impl: str) -> bool:
-  """Whether a layer's "pallas" kernel takes the raw fused projection and applies RoPE itself
-  (`DP.rope_inputs`): fused q/k/v weights and no q/k norm (Qwen3's norms run before RoPE, in
-  XLA: such models take the "pallas_unfused" path)."""
-  return attn_impl == "pallas" and "w_qkv" in lp and not cfg.qk_norm
+  """Whether a layer's Pallas kernel takes the raw fused projection and applies RoPE itself
+  (`DP.rope_inputs`): "pallas_rope" with fused q/k/v weights and no q/k norm (Qwen3's norms run
+  before RoPE, in XLA: such models, and sharded ones, take the "pallas" path)."""
+  return attn_impl == "pallas_rope" and "w_qkv" in lp and not cfg.qk_norm
 
 
 def _qkv_raw(cfg, lp, x_B1D):
@@ -160,7 +160,7 @@ def _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder):
   return x_B1D + jnp.einsum("BTF,FD->BTD", act_B1F, lp["w_down"].astype(act_B1F.dtype))
 
 
-ATTN_IMPLS = ("reduce", "einsum", "einsum_readonly", "cudnn", "xla", "pallas", "pallas_unfused")
+ATTN_IMPLS = ("reduce", "einsum", "einsum_readonly", "cudnn", "xla", "pallas", "pallas_rope")
 
 
 def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax.Array,
@@ -181,9 +181,9 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     ("cudnn": the cuDNN flash kernel on NVIDIA GPUs), on a transposed copy of the layer's
     buffer (it takes [B, S, K, H]). "pallas": one fused kernel per layer (sampling/dense_pallas.py:
     online softmax, reads each row's K/V once up to its position and stores the new K/V at it,
-    in place; Pallas interpret mode on a CPU, slow); with fused q/k/v weights and no q/k norm it
-    also splits the heads of the projection and applies RoPE and the scale itself.
-    "pallas_unfused": the same kernel after XLA's split, RoPE, scale and pad kernels."""
+    in place; Pallas interpret mode on a CPU, slow). "pallas_rope": the same kernel also splits
+    the fused projection's heads and applies RoPE and the scale itself, in place of XLA's split,
+    RoPE, scale and pad kernels (fused q/k/v weights and no q/k norm; else "pallas")."""
   if "table" in cache:
     return _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, dtype=dtype, sharder=sharder,
                                  attn_impl=attn_impl)
@@ -219,7 +219,7 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
       new_v.append(v_BKH)
       x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
       continue
-    if attn_impl in ("pallas", "pallas_unfused"):   # the kernel stores k/v at pos itself
+    if attn_impl in ("pallas", "pallas_rope"):   # the kernel stores k/v at pos itself
       attn, k_all[l], v_all[l] = DP.dense_attention_write(
           q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], pos_B, k_BKH, v_BKH,
           interpret=jax.default_backend() == "cpu")
@@ -257,9 +257,9 @@ def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, 
   (page, offset) of pos_B (first, or inside the "pallas" kernel), and attends over slots
   <= pos_B through the page table.
   attn_impl: "gather" (pure JAX, any backend), "pallas" (sampling/paged_pallas.py: one fused
-  kernel a layer that also stores the new K/V, so no scatter, and with fused q/k/v weights and
-  no q/k norm splits the projection's heads and applies RoPE itself), "pallas_unfused" (the
-  same kernel after XLA's split, RoPE, scale and pad) or "pallas_jax" (JAX's library kernel);
+  kernel a layer that also stores the new K/V, so no scatter), "pallas_rope" (the same kernel,
+  also splitting the fused projection's heads and applying RoPE itself; "pallas" without fused
+  weights or with a q/k norm) or "pallas_jax" (JAX's library kernel);
   the dense names ("einsum", "reduce", ...) mean "gather" here."""
   impl = attn_impl if attn_impl in PG.PAGED_ATTN_IMPLS else "gather"
   B = tok_B.shape[0]
@@ -290,7 +290,7 @@ def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, 
       continue
     q, k, v = _qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
     q_BKGH = q[:, 0].reshape(B, K, G, H)
-    if impl in ("pallas", "pallas_unfused"):   # the kernel stores k/v at (page, offset) of pos
+    if impl in ("pallas", "pallas_rope"):   # the kernel stores k/v at (page, offset) of pos
       attn_BKGH, kp, vp = PP.paged_attention_write(q_BKGH, cache["k"][l], cache["v"][l],
                                                    table_BC, pos_B, k[:, 0], v[:, 0],
                                                    interpret=interpret)

@@ -27,12 +27,12 @@ import math
 import jax
 import jax.numpy as jnp
 
-PAGED_ATTN_IMPLS = ("gather", "pallas", "pallas_unfused", "pallas_jax")
+PAGED_ATTN_IMPLS = ("gather", "pallas", "pallas_rope", "pallas_jax")
 # The kernels that read each row's own slots through the whole table (the engine hands them
-# every column, so a decode loop has one table shape): "pallas" and "pallas_unfused"
-# (sampling/paged_pallas.py, also stores the new K/V; "pallas" also applies RoPE, "pallas_unfused"
-# takes q, k, v after XLA's RoPE) and "pallas_jax" (JAX's library kernel after two scatters).
-OWN_SLOT_IMPLS = ("pallas", "pallas_unfused", "pallas_jax")
+# every column, so a decode loop has one table shape): "pallas" and "pallas_rope"
+# (sampling/paged_pallas.py, also stores the new K/V; "pallas_rope" also applies RoPE to the raw
+# projection) and "pallas_jax" (JAX's library kernel after two scatters).
+OWN_SLOT_IMPLS = ("pallas", "pallas_rope", "pallas_jax")
 
 
 def reads_own_slots(attn_impl) -> bool:
