@@ -25,6 +25,11 @@ This kernel reads each row's K/V once, up to its own position, and keeps the sco
     reads the slots before pos_B only and the new token joins the softmax from registers; the
     program whose share holds pos_B stores the K/V there after its loop (the caches are aliased
     outputs, updated in place), so the step runs no scatter kernels for them.
+  * `dense_attention_write_qkv` (`decode_attention="pallas_rope"`): the layer's fused q/k/v
+    projection [B, N + 2K, H] and the rows' RoPE cos/sin come in place of q, k, v: each program
+    reads its KV head's rows and applies RoPE and the scale itself (`rope_inputs`), so no XLA
+    kernel runs between the projection's GEMM and this one. Same math as `split_rope`, then
+    `dense_attention_write`; a bf16 k may round one step apart (RoPE in fp32, rounded once).
 An S that is not a multiple of 16 is zero-padded (a copy of the cache; the engine's cache
 lengths are multiples of 16, so it does not happen there). On a CPU it runs in Pallas's interpret
 mode (`interpret=True`; slow, for tests). The grid is not partitioned: unsharded decoding only.

@@ -25,6 +25,9 @@ dense one (sampling/dense_pallas.py) reading through the page table:
     into `splits` shares until there are MIN_PROGRAMS programs, each writing an unnormalised
     o, m, l that a small JAX combine rescales; with one share (256 rows of 4 KV heads) the
     kernel normalises and writes the output itself.
+  * `paged_attention_write_qkv` (`decode_attention="pallas_rope"`): the layer's fused q/k/v
+    projection and the rows' RoPE cos/sin in place of q, k, v (`DP.rope_inputs`, as in the
+    dense kernel).
 Unlike the dense kernel, programs of different rows write the same pool buffers: each writes
 the one slot its row owns, which no other row reads (pages are never shared between rows; the
 null page is never read unmasked). On a CPU it runs in Pallas's interpret mode
