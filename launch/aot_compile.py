@@ -168,7 +168,9 @@ def compile_decode_step(mcfg, cfg, sharder, batch, cache_len):
   from ssp_jax.sampling.decode_step import decode_forward
   dtype = jnp.dtype(cfg.rollout.get("dtype", "bfloat16"))
   cache_dtype = jnp.dtype(cfg.rollout.get("cache_dtype", "bfloat16"))
-  attn = cfg.rollout.get("decode_attention", "einsum")
+  attn = str(cfg.rollout.get("decode_attention", "auto"))
+  if attn == "auto":   # the engine's choice off a GPU (rollout/engine.py): the batched GEMMs
+    attn = "einsum"
   dparams = _decode_layout(mcfg, sharder, dtype)
   cache_sh = sharder.sharding(models.decoder.CACHE_LOGICAL[1:])
   shape = (batch, mcfg.num_kv_heads, cache_len, mcfg.head_dim)   # the engine's per-layer buffers

@@ -59,3 +59,22 @@ def test_unknown_name_without_weights_is_one_line(tmp_path):
   with pytest.raises(SystemExit, match="pass --preset NAME"):
     aot.model_config(cfg, "")
   assert aot.model_config(cfg, "qwen2.5-0.5b") == models.get_preset("qwen2.5-0.5b")
+
+
+def test_decode_step_compiles_with_the_configs_auto_attention():
+  """compile_decode_step reads rollout.decode_attention="auto" (every shipped config's default)
+  as the engine does off a GPU ("einsum"); it used to pass "auto" to decode_forward, which
+  refused it, so the README's TPU-fit command stopped after the train step. Compiled here for
+  the 8 fake CPU devices (conftest) on the README config's mesh, at a small model shape."""
+  import jax
+  if jax.device_count() < 8:
+    pytest.skip("needs 8 (fake) devices")
+  aot = _aot()
+  cfg = load_config_file(os.path.join(ROOT, "configs", "ssp_qwen2_5_7b_instruct.py"))
+  assert str(cfg.rollout.decode_attention) == "auto"
+  mcfg = models.ModelConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
+                            num_layers=2, num_heads=8, num_kv_heads=4, head_dim=16)
+  mesh = models.make_mesh(tuple(tuple(x) for x in cfg.mesh.axes), devices=jax.devices()[:8])
+  sharder = models.Sharder(mesh, tuple(cfg.mesh.rules) or models.DEFAULT_RULES)
+  report = aot.compile_decode_step(mcfg, cfg, sharder, 4, 64)
+  assert report["decode_attention"] == "einsum"

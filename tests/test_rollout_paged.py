@@ -165,3 +165,14 @@ def test_bad_kv_layout_names_the_field(model):
     _engine(model, None, kv_layout="ragged")
   with pytest.raises(ValueError, match="rollout.kv_pool"):
     _engine(model, None, kv_layout="paged", kv_pool="elastic")
+
+
+def test_bad_decode_attention_names_the_field_and_layout(model):
+  """A misspelt decode attention is refused up front (the paged layout used to run it as
+  "gather"; the dense one failed inside the decode program's trace), as is a paged-only one on
+  the dense layout; a dense name on the paged layout stays allowed (it means "gather")."""
+  with pytest.raises(ValueError, match=r"rollout.decode_attention='palas'.*paged"):
+    _engine(model, None, kv_layout="paged", decode_attention="palas")
+  with pytest.raises(ValueError, match=r"rollout.decode_attention='pallas_jax'.*dense"):
+    _engine(model, None, kv_layout="dense", decode_attention="pallas_jax")
+  assert _engine(model, None, kv_layout="paged", decode_attention="einsum").cfg.kv_layout == "paged"

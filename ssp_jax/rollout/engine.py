@@ -36,6 +36,7 @@ from ssp_jax.rollout.rows import Row, put
 from ssp_jax.rollout.search_tool import SearchTool
 from ssp_jax.rollout.slots import SlotPlanner, batch_size, table_width
 from ssp_jax.rollout.tools import Tool, ToolCall, tool_table
+from ssp_jax.sampling.paged import PAGED_ATTN_IMPLS
 from ssp_jax.sampling.paged_prefill import PREFILL_ATTN
 from ssp_jax.tokenizer import Prompt, Tokenizer
 from ssp_jax.types import Trajectory
@@ -101,6 +102,11 @@ class RolloutEngine:
     if self.cfg.kv_layout not in ("dense", "paged"):
       raise ValueError(f"rollout.kv_layout={self.cfg.kv_layout!r} unknown; use 'dense', 'paged' "
                        "or 'auto'")
+    known = S.ATTN_IMPLS + (PAGED_ATTN_IMPLS if self.cfg.kv_layout == "paged" else ())
+    if str(self.cfg.decode_attention) not in known:   # else a trace-time error, or (paged) gather
+      raise ValueError(f"rollout.decode_attention={self.cfg.decode_attention!r} is not a decode "
+                       f"attention of the {self.cfg.kv_layout} layout (rollout.kv_layout); use "
+                       f"one of {sorted(set(known))} or 'auto'")
     if self.cfg.kv_pool not in ("fixed", "grow"):
       raise ValueError(f"rollout.kv_pool={self.cfg.kv_pool!r} unknown; use 'fixed' or 'grow'")
     if int(self.cfg.tail_min_batch) < 0:
