@@ -83,32 +83,39 @@ def test_lowers_to_triton_for_gpus():
     assert "dense_decode_attention" in text
 
 
-def test_greedy_decode_pallas_equals_einsum():
-  """The sampler's while_loop, greedy, attn_impl="pallas" == "einsum" token for token."""
-  cfg = models.ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
-                           num_heads=4, num_kv_heads=2, head_dim=16)
-  p = models.init_params(cfg, jax.random.key(0), std=0.2)
+def _greedy_equal(cfg, p, impls, fuse):
+  """The sampler's while_loop, greedy, with each attn_impl in `impls`: tokens equal to the first
+  one's, log-probs within 1e-5. Returns the decode params (to check their layout)."""
   B, P, N = 3, 6, 10
   tables = S.build_stop_tables([b"x"] * cfg.vocab_size, []).to_device()
-  dparams = S.make_decode_params(cfg, p, jnp.float32, False)
+  dparams = S.make_decode_params(cfg, p, jnp.float32, fuse)
   prompt = jax.random.randint(jax.random.key(1), (B, P), 0, cfg.vocab_size)
   out = {}
-  for impl in ("einsum", "pallas"):
+  for impl in impls:
     st = S.init_state(cfg, B, P + N + 4, tables.prefix_VM.shape[1], jnp.float32)
     rows = jnp.arange(B, dtype=jnp.int32)
     st = S.prefill_rows(cfg, st, p, rows, prompt[:, :-1], jnp.zeros((B,), jnp.int32),
                         dtype=jnp.float32)
     st = S.set_rows(st, rows, prompt[:, -1], jnp.full((B,), P - 1, jnp.int32),
                     jnp.ones((B,), bool))
-    _, o = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
-                    jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(2),
-                    num_steps=N, sampling=S.SamplingParams(0.0), dtype=jnp.float32,
-                    attn_impl=impl)
-    out[impl] = o
-  np.testing.assert_array_equal(np.asarray(out["pallas"].tokens_BN),
-                                np.asarray(out["einsum"].tokens_BN))
-  np.testing.assert_allclose(np.asarray(out["pallas"].logprobs_BN),
-                             np.asarray(out["einsum"].logprobs_BN), atol=1e-5)
+    _, out[impl] = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32),
+                            jnp.ones((B,), bool), jnp.full((B,), N, jnp.int32), jnp.int32(B + 1),
+                            jax.random.key(2), num_steps=N, sampling=S.SamplingParams(0.0),
+                            dtype=jnp.float32, attn_impl=impl)
+  for impl in impls[1:]:
+    np.testing.assert_array_equal(np.asarray(out[impl].tokens_BN),
+                                  np.asarray(out[impls[0]].tokens_BN))
+    np.testing.assert_allclose(np.asarray(out[impl].logprobs_BN),
+                               np.asarray(out[impls[0]].logprobs_BN), atol=1e-5)
+  return dparams
+
+
+def test_greedy_decode_pallas_equals_einsum():
+  """The sampler's while_loop, greedy, attn_impl="pallas" == "einsum" token for token."""
+  cfg = models.ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
+                           num_heads=4, num_kv_heads=2, head_dim=16)
+  p = models.init_params(cfg, jax.random.key(0), std=0.2)
+  _greedy_equal(cfg, p, ("einsum", "pallas"), fuse=False)
 
 
 @pytest.mark.parametrize("dtype,atol", [(jnp.float32, 2e-5), (jnp.bfloat16, 3e-2)])
@@ -196,26 +203,5 @@ def test_greedy_decode_rope_in_kernel_equals_einsum(qkv_bias):
     p["layers"] = {**p["layers"], **{n: 0.3 * jax.random.normal(jax.random.key(i),
                                                                  p["layers"][n].shape)
                                      for i, n in enumerate(("bq", "bk", "bv"))}}
-  B, P, N = 3, 6, 10
-  tables = S.build_stop_tables([b"x"] * cfg.vocab_size, []).to_device()
-  dparams = S.make_decode_params(cfg, p, jnp.float32, True)
+  dparams = _greedy_equal(cfg, p, ("einsum", "pallas", "pallas_rope"), fuse=True)
   assert "w_qkv" in dparams["layers"][0]
-  prompt = jax.random.randint(jax.random.key(1), (B, P), 0, cfg.vocab_size)
-  out = {}
-  for impl in ("einsum", "pallas", "pallas_rope"):
-    st = S.init_state(cfg, B, P + N + 4, tables.prefix_VM.shape[1], jnp.float32)
-    rows = jnp.arange(B, dtype=jnp.int32)
-    st = S.prefill_rows(cfg, st, p, rows, prompt[:, :-1], jnp.zeros((B,), jnp.int32),
-                        dtype=jnp.float32)
-    st = S.set_rows(st, rows, prompt[:, -1], jnp.full((B,), P - 1, jnp.int32),
-                    jnp.ones((B,), bool))
-    _, o = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
-                    jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(2),
-                    num_steps=N, sampling=S.SamplingParams(0.0), dtype=jnp.float32,
-                    attn_impl=impl)
-    out[impl] = o
-  for impl in ("pallas", "pallas_rope"):
-    np.testing.assert_array_equal(np.asarray(out[impl].tokens_BN),
-                                  np.asarray(out["einsum"].tokens_BN))
-    np.testing.assert_allclose(np.asarray(out[impl].logprobs_BN),
-                               np.asarray(out["einsum"].logprobs_BN), atol=1e-5)

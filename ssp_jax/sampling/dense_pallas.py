@@ -79,7 +79,7 @@ def rope_inputs(qkv_ref, cos_ref, sin_ref, num_heads: int, Gp: int, dtype):
   RoPE (HF's rotate-half form) applied here at the row's cos_ref, sin_ref [H]. The XLA path
   (`split_rope`, then the kernel) runs a slice, RoPE, scale and pad as separate kernels a layer.
   rotate_half(x) is read, not computed: a second load of the same rows with the columns' halves
-  swapped (a gather from L1), times -1 on the first half. The rotated values are rounded to the
+  swapped, times -1 on the first half. The rotated values are rounded to the
   projection's dtype where `models.layers.apply_rope` rounds them, q again after the scale.
   Query rows past G repeat row G - 1 (their outputs are sliced off)."""
   R_, H = qkv_ref.shape
@@ -100,6 +100,14 @@ def rope_inputs(qkv_ref, cos_ref, sin_ref, num_heads: int, Gp: int, dtype):
   k_H = rope(qkv_ref[N + h], qkv_ref[N + h, swap_H]).astype(dtype)
   v_H = qkv_ref[N + K + h].astype(dtype)
   return q_GH, k_H, v_H
+
+
+def rope_in_specs(R_: int, H: int) -> list:
+  """BlockSpecs of `rope_inputs`' refs on a (row, KV head, share) grid: the row's projection
+  [R_ = N + 2K, H], its cos and sin [H]."""
+  return [pl.BlockSpec((None, R_, H), lambda b, h, j: (b, 0, 0)),
+          pl.BlockSpec((None, H), lambda b, h, j: (b, 0)),
+          pl.BlockSpec((None, H), lambda b, h, j: (b, 0))]
 
 
 def split_rope(qkv_BRH: jax.Array, cos_BH: jax.Array, sin_BH: jax.Array, num_heads: int):
@@ -279,11 +287,8 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
   kv_spec = pl.BlockSpec((None, None, share, H), lambda b, h, j: (b, h, j, 0))
   in_specs = [pl.BlockSpec((None, 1), lambda b, h, j: (b, 0))]
   if rope:
-    R_ = q_BKGH.shape[1]
     args = (pos_B1, q_BKGH, kn_BKH, vn_BKH, k_BKSH, v_BKSH)
-    in_specs += [pl.BlockSpec((None, R_, H), lambda b, h, j: (b, 0, 0)),
-                 pl.BlockSpec((None, H), lambda b, h, j: (b, 0)),
-                 pl.BlockSpec((None, H), lambda b, h, j: (b, 0)), kv_spec, kv_spec]
+    in_specs += rope_in_specs(q_BKGH.shape[1], H) + [kv_spec, kv_spec]
     kv_args = (4, 5)
   else:
     q_BKGH_ = (q_BKGH / math.sqrt(H)).astype(k_BKSH.dtype)

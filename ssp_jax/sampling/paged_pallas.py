@@ -189,11 +189,8 @@ def _paged_attention(q_BKGH, kp_KPTH, vp_KPTH, table_BC, pos_B, kn_BKH, vn_BKH, 
   in_specs = [pl.BlockSpec((None, 1), lambda b, h, j: (b, 0)),
               pl.BlockSpec((None, share), lambda b, h, j: (b, j))]
   if rope:
-    R_ = q_BKGH.shape[1]
     args = (pos_B1, table_BC.astype(jnp.int32), q_BKGH, kn_BKH, vn_BKH, kp_KPTH, vp_KPTH)
-    in_specs += [pl.BlockSpec((None, R_, H), lambda b, h, j: (b, 0, 0)),
-                 pl.BlockSpec((None, H), lambda b, h, j: (b, 0)),
-                 pl.BlockSpec((None, H), lambda b, h, j: (b, 0)), pool_spec, pool_spec]
+    in_specs += DP.rope_in_specs(q_BKGH.shape[1], H) + [pool_spec, pool_spec]
     pools = (5, 6)
   else:
     q_BKGH_ = (q_BKGH / math.sqrt(H)).astype(kp_KPTH.dtype)
