@@ -39,6 +39,9 @@
 #       before them ("pallas"): bench/decode_rope_check.py on the device, then 0.5B single turn
 #       (paged and dense) and m's paged multi-turn run with each, in both orders; a profile
 #   rk7 the same comparison at 7B (paged single turn and m7's multi-turn run)
+#   fp  f's packed update (1.5B, paper mix) with remat "dots" and "dots_flash" (cuDNN attention's
+#       forward kept for the backward pass), micro-batch FPM (default 4: fits an H100), each with
+#       a profile of one step and its trace summary (kernel time by class)
 #   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000), cold, each in its own
 #       process, with each prefill attention in PA: wall and peak memory against weights + KV
 #       (stage a gives the cold and warm walls with the default prefill attention)
@@ -127,6 +130,14 @@ for s in $STAGES; do
       T=${T:-150} run f_attn_m4 $F --remat save_attn_out --micro-batch 4
       T=${T:-150} run f_dots_m8_lp2048 $F --remat dots --micro-batch 8 --logprob-chunk 2048
       T=${T:-150} run f_dots_m4_p11008 $F --remat dots --micro-batch 4 --pack-len 11008 ;;
+    fp)
+      export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
+      for r in ${FPR:-dots dots_flash}; do
+        T=${T:-200} run fp_${r}_m${FPM:-4} $PY bench/train_step.py --length-mix paper \
+          --preset qwen2.5-1.5b --seq 8192 --traj 128 --steps 2 --attn-impl auto --remat "$r" \
+          --micro-batch "${FPM:-4}" --layouts packed --profile "$PROF/fp_$r"
+        $PY bench/trace_summary.py "$PROF/fp_$r" --top 40 > "$OUT/fp_${r}_trace.jsonl"
+      done ;;
     p)
       export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
       for pos in loss all; do

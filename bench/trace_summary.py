@@ -6,8 +6,11 @@ DIR is what `bench/sampler.py --profile DIR` (or `jax.profiler.trace(DIR,
 create_perfetto_trace=True)`) wrote; every `*.trace.json.gz` under it is read. For each track
 (process / thread) whose process name contains `--match` (default: the GPU devices; `""` = all)
 it prints: `events`, `busy_ms` (the union of the events' intervals), `span_ms` (first start to
-last end), `idle_frac` (1 - busy / span: gaps between kernels, e.g. launch overhead) and the
-`top` event names by total time with their count and mean microseconds. Names are grouped after
+last end), `idle_frac` (1 - busy / span: gaps between kernels, e.g. launch overhead), the
+`top` event names by total time with their count and mean microseconds, and `by_class`: the
+total milliseconds of every event by kind of kernel (`gemm`: cuBLAS / cuBLASLt / Triton GEMMs,
+`attention`: cuDNN or Pallas attention, `reduce`: XLA reduction fusions, `copy`: memcpy /
+memset / copy / transpose, `other`: every other fusion or op), the `top` list's names classed. Names are grouped after
 stripping a trailing `.N` / `_N` instance number, so `fusion.12` and `fusion.97` add up.
 """
 from __future__ import annotations
@@ -31,6 +34,21 @@ def _load(path: str) -> list[dict]:
 
 def _group(name: str) -> str:
   return re.sub(r"([._]\d+)+$", "", name)
+
+
+CLASSES = (   # first match wins; the names are CUDA kernel names or XLA op names
+    ("attention", re.compile(r"sdpa|fmha|flash|attention|cudnn", re.I)),
+    ("gemm", re.compile(r"nvjet|gemm|cublas|cutlass|xmma|matmul|dot", re.I)),
+    ("copy", re.compile(r"memcpy|memset|copy|transpose", re.I)),
+    ("reduce", re.compile(r"reduce", re.I)),
+)
+
+
+def kernel_class(name: str) -> str:
+  for cls, pattern in CLASSES:
+    if pattern.search(name):
+      return cls
+  return "other"
 
 
 def _busy(intervals: list[tuple[float, float]]) -> float:
@@ -68,12 +86,17 @@ def summarize(events: list[dict], match: str, top: int) -> list[dict]:
       a[0] += float(e["dur"])
       a[1] += 1
     rows = sorted(agg.items(), key=lambda kv: -kv[1][0])[:top]
+    classes = collections.defaultdict(float)
+    for n, (t, _) in agg.items():
+      classes[kernel_class(n)] += t
     out.append({"process": pname, "thread": tname, "events": len(evs),
                 "busy_ms": round(busy / 1e3, 3), "span_ms": round(span / 1e3, 3),
                 "idle_frac": round(1 - busy / span, 4) if span else 0.0,
                 "top": [{"name": n, "total_ms": round(t / 1e3, 3), "count": c,
                          "mean_us": round(t / c, 2), "frac_of_busy": round(t / busy, 4)}
-                        for n, (t, c) in rows]})
+                        for n, (t, c) in rows],
+                "by_class": {k: round(v / 1e3, 3)
+                             for k, v in sorted(classes.items(), key=lambda kv: -kv[1])}})
   return out
 
 

@@ -78,6 +78,8 @@ def parse_args(argv=None):
   p.add_argument("--logprob-chunk", type=int, default=1024)
   p.add_argument("--logprob-positions", default="loss", choices=("loss", "all"),
                  help="rl.logprob_positions: the lm_head at the loss tokens only, or everywhere")
+  p.add_argument("--logits-grad-dtype", default="compute", choices=("compute", "float32"),
+                 help="rl.logits_grad_dtype: the logits' cotangent in the head's backward GEMMs")
   p.add_argument("--data", type=int, default=-1, help="mesh data axis (-1: all devices)")
   p.add_argument("--tensor", type=int, default=1, help="mesh tensor axis")
   p.add_argument("--peak-tflops", type=float, default=989.0, help="per-device dense peak")
@@ -88,6 +90,11 @@ def parse_args(argv=None):
   p.add_argument("--traj", type=int, default=96, help="trajectories per update (--length-mix)")
   p.add_argument("--length-scale", type=float, default=0.0,
                  help="multiplies the mix's lengths (default 1, 1/16 with --tiny)")
+  p.add_argument("--profile", default="", metavar="DIR",
+                 help="--length-mix: run each layout's step once more under the JAX profiler "
+                      "(a perfetto trace under DIR/<layout>, for bench/trace_summary.py; the "
+                      "compiled HLO, whose metadata maps op names to source, in "
+                      "DIR/<layout>.hlo.txt)")
   p.add_argument("--layouts", default="padded,packed,uniform",
                  help="--length-mix: the layouts to time (comma-separated)")
   p.add_argument("--pack-max-segments", type=int, default=64)
@@ -116,7 +123,7 @@ def build(a, cfg):
   rl = rl_config.get_rl_config()
   rl.update(kl_coef=a.kl_coef, remat=a.remat, compute_dtype=a.compute_dtype,
             param_dtype=a.param_dtype, ref_dtype=a.compute_dtype, logprob_chunk=a.logprob_chunk,
-            logprob_positions=a.logprob_positions)
+            logprob_positions=a.logprob_positions, logits_grad_dtype=a.logits_grad_dtype)
   on_gpu = jax.devices()[0].platform == "gpu"
   rl.attn_impl = ("cudnn" if on_gpu else "xla") if a.attn_impl == "auto" else a.attn_impl
   sharder = models.Sharder(models.make_mesh((("data", a.data), ("tensor", a.tensor))))
@@ -303,13 +310,21 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
          "row_len": T, "pack_len": P, "micro_batch": m, "devices": n_dev,
          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
          "remat": a.remat, "attn_impl": rl.attn_impl, "kl_coef": a.kl_coef,
-         "logprob_positions": a.logprob_positions, **info}
+         "logprob_positions": a.logprob_positions, "logits_grad_dtype": a.logits_grad_dtype,
+         **info}
   layouts = {k: v for k, v in layouts.items() if k in a.layouts.split(",")}
   for name, (b, packed, toks, flops, flops_policy, used_rows) in layouts.items():
     step = learner_lib.make_train_step(cfg, sc, tx, sharder, state_sh,
                                        with_ref=a.kl_coef != 0, packed=packed)
-    first, dt, loss = _time(step, state0, ref, _put(b, m, sharder, sc.score_loss_tokens),
-                            a.steps)
+    put = _put(b, m, sharder, sc.score_loss_tokens)
+    first, dt, loss = _time(step, state0, ref, put, a.steps)
+    if a.profile:   # after the timed calls, so the profiler never slows a reported time
+      state = jax.tree.map(jnp.copy, state0)
+      with jax.profiler.trace(os.path.join(a.profile, name), create_perfetto_trace=True):
+        jax.block_until_ready(step(state, ref, put))
+      del state
+      with open(os.path.join(a.profile, f"{name}.hlo.txt"), "w") as f:   # op names -> source
+        f.write(step.lower(state0, ref, put).compile().as_text())
     rows = b.num_rows
     computed = -(-used_rows // m) * m * b.tokens.shape[1]   # positions of the micro-batches that run
     out.update({f"step_s_{name}": dt, f"compile_and_first_s_{name}": round(first, 2),

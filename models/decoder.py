@@ -41,10 +41,21 @@ from models.sharding import Sharder, constrain
 
 Params = dict[str, Any]
 
+
+def _dots_flash(prim, *avals, **params) -> bool:
+  """`dots` plus the outputs of cuDNN's flash-attention forward (its output and softmax
+  statistics): the backward pass then reuses them instead of running the attention forward
+  again. Elsewhere (XLA or blocked attention) the same as `dots`."""
+  if "dot_product_attention_fwd" in prim.name:
+    return True
+  return jax.checkpoint_policies.dots_with_no_batch_dims_saveable(prim, *avals, **params)
+
+
 REMAT_POLICIES = {
     "none": None,
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "dots_flash": _dots_flash,
     "save_attn_out": jax.checkpoint_policies.save_only_these_names("attn_out"),
 }
 

@@ -1,6 +1,7 @@
 """Batching, the fused learner step and checkpoints on a tiny random model (CPU, one device)."""
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,7 @@ from ssp_jax import checkpointing
 from ssp_jax.rl import batch as batch_lib
 from ssp_jax.rl import learner as learner_lib
 from ssp_jax.rl import losses
+from ssp_jax.rl import step as step_lib
 from ssp_jax.rl import train_state as ts
 from ssp_jax.rl.config import check_rl_config
 from ssp_jax.rl.registry import RLConfigError
@@ -83,6 +85,62 @@ def test_masked_tokens_get_zero_gradient_through_the_lm_head():
   scores_masked = b.loss_mask[:, 1:] == 0
   assert np.all(g[:, :-1][scores_masked] == 0.0)
   assert np.all(np.abs(g[:, :-1][~scores_masked]).sum(-1) > 0)
+
+
+def _head_grads(compute_dtype, logits_grad_dtype):
+  rng = np.random.default_rng(4)
+  dt = jnp.dtype(compute_dtype)
+  h = jnp.asarray(rng.normal(size=(2, 8, CFG.hidden_size)), dt)
+  w = jnp.asarray(rng.normal(size=(CFG.hidden_size, CFG.vocab_size)) * 0.1, dt)
+  tgt = jnp.asarray(rng.integers(0, CFG.vocab_size, (2, 8)), jnp.int32)
+
+  def loss(h, w):
+    lp, ent = learner_lib.chunked_logprobs(w, h, tgt, chunk=4,
+                                           logits_grad_dtype=logits_grad_dtype)
+    return jnp.sum(lp * jnp.arange(1, 9)) + 0.1 * jnp.sum(ent)
+  f = jax.grad(loss, argnums=(0, 1))
+  return f(h, w), str(jax.make_jaxpr(f)(h, w))
+
+
+def test_logits_grad_in_the_compute_dtype():
+  """rl.logits_grad_dtype: "compute" rounds the fp32 logits' cotangent to the compute dtype
+  before the output projection's two backward GEMMs (no fp32 GEMM on a bf16 model); "float32"
+  keeps it. Same gradients at fp32 compute, within bf16 rounding at bf16."""
+  (g32, _), (c32, _) = _head_grads("float32", "float32"), _head_grads("float32", "compute")
+  for a, b in zip(g32, c32):
+    np.testing.assert_array_equal(a, b)
+  (gf, jf), (gc, jc) = _head_grads("bfloat16", "float32"), _head_grads("bfloat16", "compute")
+  for a, b in zip(gf, gc):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    np.testing.assert_allclose(b, a, rtol=0, atol=2e-2 * np.abs(a).max())
+  mixed = lambda j: len(re.findall(r"f32\[2,4,%d\] = dot_general" % CFG.vocab_size, j))
+  assert mixed(jf) >= 1 and mixed(jc) >= 1   # the forward logits are fp32 in both
+  bf16_cotangent = lambda j: len(re.findall(
+      r"bf16\[2,4,%d\] = convert_element_type" % CFG.vocab_size, j))
+  assert bf16_cotangent(jc) >= 1 and bf16_cotangent(jf) == 0
+
+
+def test_one_cast_per_update_gives_the_gradients_of_a_cast_per_micro_batch():
+  """accumulate_grads casts the params to the compute dtype once and differentiates with
+  respect to that copy: the same gradients, to the bit, as through a cast in each micro-batch."""
+  learner = learner_lib.Learner(CFG, rl_cfg(compute_dtype="bfloat16", micro_batch_size=2))
+  sc, p = learner.sc, learner.state["params"]
+  mb = {k: jnp.asarray(v) for k, v in learner_lib.to_micro(make_batch().step_inputs(), 2).items()}
+  got, _ = jax.jit(lambda p, mb: learner_lib.accumulate_grads(
+      p, learner.ref_params, mb, CFG, sc, None, None))(p, mb)
+  loss_w, metric_w = step_lib.loss_weights(mb, sc)
+
+  def per_micro(p, i):
+    x = {k: v[i] for k, v in mb.items()}
+    x.update(loss_w=loss_w[i], metric_w=metric_w[i])
+    ref = learner_lib.sequence_logprobs(CFG, learner.ref_params, x["tokens"], sc, None,
+                                        remat="none")[0]
+    return jax.grad(step_lib.micro_loss, has_aux=True)(p, ref, x, CFG, sc, None)[0]
+  want = jax.jit(lambda p: jax.tree.map(lambda *g: sum(g), *[
+      per_micro(p, i) for i in range(mb["tokens"].shape[0])]))(p)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    assert a.dtype == jnp.float32
+    np.testing.assert_array_equal(a, b)
 
 
 def test_observation_old_and_ref_logprobs_change_nothing_in_the_step():

@@ -106,6 +106,14 @@ def test_profile_writes_a_trace_that_trace_summary_reads(tmp_path):
   assert engine and engine[0]["busy_ms"] > 0 and len(engine[0]["top"]) == 5
   assert all(0.0 <= t["idle_frac"] <= 1.0 for t in tracks)
   assert any("generate" in row["name"] for row in engine[0]["top"])
+  classed = engine[0]["by_class"]   # every event in one class, so at least the top rows' time
+  assert sum(classed.values()) >= sum(r["total_ms"] for r in engine[0]["top"]) - 1e-2
+  sys.path.insert(0, os.path.join(ROOT, "bench"))
+  import trace_summary
+  assert [trace_summary.kernel_class(n) for n in (
+      "nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT", "cudnn_generated_fort_native_sdpa_sm90_flash_bprop",
+      "paged_decode_attention", "input_reduce_fusion", "loop_transpose_fusion", "fusion")] == [
+      "gemm", "attention", "attention", "reduce", "copy", "other"]
   gpu = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "trace_summary.py"), prof],
                        capture_output=True, text=True, timeout=300)   # default: GPU tracks only
   assert gpu.returncode == 2 and "--match ''" in gpu.stderr and "/host:CPU" in gpu.stderr

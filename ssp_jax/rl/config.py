@@ -80,7 +80,8 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
                                # log-probs from the step's own forward (stop-gradient): the
                                # same values, one forward pass fewer; False: a separate pass
   # -- compute ----------------------------------------------------------------------------
-  c.remat = "full"             # models.decoder.REMAT_POLICIES: none, full, dots, save_attn_out
+  c.remat = "full"             # models.decoder.REMAT_POLICIES: none, full, dots, dots_flash
+                               # (dots + cuDNN attention's forward outputs), save_attn_out
   c.compute_dtype = "bfloat16" # forward/backward dtype; master params stay param_dtype
   c.param_dtype = "float32"    # master params, gradients and AdamW moments
   c.ref_dtype = "bfloat16"     # frozen reference params (forward only)
@@ -95,6 +96,9 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
                                # states gathered, a power-of-two count per row: same log-probs,
                                # no [D, V] GEMM on prompts and observations); "all": at every
                                # position, then masked
+  c.logits_grad_dtype = "compute"  # the fp32 logits' gradient, rounded to compute_dtype before
+                               # the output projection's two backward GEMMs (as PyTorch autocast
+                               # does: bf16 GEMMs); "float32": kept fp32 (fp32/TF32 GEMMs, slower)
   # -- robustness -------------------------------------------------------------------------
   c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips
   c.seed = 0                   # train-state RNG seed
@@ -140,7 +144,8 @@ def _check_choices(c: ml_collections.ConfigDict) -> None:
   from ssp_jax.rl.registry import KL_PENALTIES, LOSS_AGGREGATIONS
   choices = {"remat": tuple(REMAT_POLICIES), "kl_type": KL_PENALTIES.names(),
              "loss_agg": LOSS_AGGREGATIONS.names(), "attn_impl": ATTN_IMPLS,
-             "update_schedule": UPDATE_SCHEDULES, "logprob_positions": ("loss", "all")}
+             "update_schedule": UPDATE_SCHEDULES, "logprob_positions": ("loss", "all"),
+             "logits_grad_dtype": ("compute", "float32")}
   for name, known in choices.items():
     if c.get(name) not in known:
       raise RLConfigError(f"config.rl.{name}={c.get(name)!r} is unknown; known: "

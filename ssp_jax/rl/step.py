@@ -60,6 +60,8 @@ class StepConfig:
   attn_chunk: int = 0          # XLA attention by query chunks (models.layers.causal_chunked_attention)
   onpolicy_old_logp: bool = False  # old log-probs = the step's own log-probs (stop-gradient)
   score_loss_tokens: bool = True   # the output projection only at the loss tokens (`score_idx`)
+  logits_grad_dtype: str = "compute"   # "compute" or "float32": the logits' cotangent in the
+                                       # output projection's backward GEMMs (`head_logits`)
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "StepConfig":
@@ -72,7 +74,8 @@ class StepConfig:
                logprob_chunk=rl.logprob_chunk,
                max_segments=int(rl.get("pack_max_segments", 64)),
                attn_chunk=int(rl.get("attn_chunk", 0)),
-               score_loss_tokens=rl.get("logprob_positions", "loss") == "loss")
+               score_loss_tokens=rl.get("logprob_positions", "loss") == "loss",
+               logits_grad_dtype=rl.get("logits_grad_dtype", "compute"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,13 +89,43 @@ def _chunk_size(T: int, chunk: int) -> int:
   return c
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def head_logits(h_BCD: jax.Array, w_DV: jax.Array, grad_dtype: Optional[str]) -> jax.Array:
+  """fp32 logits h @ w (inputs in the compute dtype, fp32 accumulation).
+
+  The backward pass rounds the logits' fp32 cotangent to h's dtype (`grad_dtype` "compute") so
+  both its GEMMs (dh = g w^T, dw = h^T g) run in that dtype with fp32 accumulation, as PyTorch
+  autocast does; with "float32" (or None) they take the fp32 cotangent, which XLA runs as
+  fp32 (TF32 on a GPU) GEMMs: about 3x the time of the head's forward on an H100."""
+  return jnp.einsum("BCD,DV->BCV", h_BCD, w_DV, preferred_element_type=jnp.float32)
+
+
+def _head_logits_fwd(h_BCD, w_DV, grad_dtype):
+  return head_logits(h_BCD, w_DV, grad_dtype), (h_BCD, w_DV)
+
+
+def _head_logits_bwd(grad_dtype, res, g_BCV):
+  h_BCD, w_DV = res
+  if grad_dtype == "compute":
+    g_BCV = g_BCV.astype(h_BCD.dtype)
+  dh = jnp.einsum("BCV,DV->BCD", g_BCV, w_DV.astype(g_BCV.dtype),
+                  preferred_element_type=jnp.float32)
+  dw = jnp.einsum("BCD,BCV->DV", h_BCD.astype(g_BCV.dtype), g_BCV,
+                  preferred_element_type=jnp.float32)
+  return dh.astype(h_BCD.dtype), dw.astype(w_DV.dtype)
+
+
+head_logits.defvjp(_head_logits_fwd, _head_logits_bwd)
+
+
 def chunked_logprobs(w_DV: jax.Array, h_BTD: jax.Array, targets_BT: jax.Array, *,
                      temperature: float = 1.0, chunk: int = 512,
-                     sharder: Optional[Sharder] = None) -> tuple[jax.Array, jax.Array]:
+                     sharder: Optional[Sharder] = None,
+                     logits_grad_dtype: str = "compute") -> tuple[jax.Array, jax.Array]:
   """log p(targets_BT[b, t] | h_BTD[b, t]) and the entropy of that distribution, [B, T] each.
 
   Loops over chunks of C tokens (`lax.map`, rematerialised), so at most [B, C, V] fp32 logits
-  are live in the forward and in the backward.
+  are live in the forward and in the backward. `logits_grad_dtype`: see `head_logits`.
   """
   B, T, D = h_BTD.shape
   C = _chunk_size(T, chunk)
@@ -102,8 +135,7 @@ def chunked_logprobs(w_DV: jax.Array, h_BTD: jax.Array, targets_BT: jax.Array, *
 
   @jax.checkpoint
   def one(h_BCD, t_BC):
-    logits_BCV = jnp.einsum("BCD,DV->BCV", h_BCD, w_DV.astype(h_BCD.dtype),
-                            preferred_element_type=jnp.float32)
+    logits_BCV = head_logits(h_BCD, w_DV.astype(h_BCD.dtype), logits_grad_dtype)
     logits_BCV = constrain(logits_BCV / temperature, ("act_batch", "act_len", "act_vocab"),
                            sharder)
     lse_BC = jax.nn.logsumexp(logits_BCV, axis=-1)
@@ -147,11 +179,12 @@ def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array
     h_BND = jnp.take_along_axis(h_BTD, (t_BN - 1)[..., None], axis=1)
     return chunked_logprobs(lm_head_weight(cfg, params), h_BND,
                             jnp.take_along_axis(tokens_BT, t_BN, axis=1),
-                            temperature=sc.temperature, chunk=sc.logprob_chunk, sharder=sharder)
+                            temperature=sc.temperature, chunk=sc.logprob_chunk, sharder=sharder,
+                            logits_grad_dtype=sc.logits_grad_dtype)
   targets_BT = jnp.concatenate([tokens_BT[:, 1:], jnp.zeros_like(tokens_BT[:, :1])], axis=1)
   logp_BT, ent_BT = chunked_logprobs(lm_head_weight(cfg, params), h_BTD, targets_BT,
                                      temperature=sc.temperature, chunk=sc.logprob_chunk,
-                                     sharder=sharder)
+                                     sharder=sharder, logits_grad_dtype=sc.logits_grad_dtype)
   pad = jnp.zeros_like(logp_BT[:, :1])
   return (jnp.concatenate([pad, logp_BT[:, :-1]], axis=1),
           jnp.concatenate([pad, ent_BT[:, :-1]], axis=1))
@@ -224,7 +257,8 @@ def loss_weights(mb: dict, sc: StepConfig) -> tuple[jax.Array, jax.Array]:
 
 
 def micro_loss(params, ref_logp, mb, cfg, sc: StepConfig, sharder):
-  """Loss of one micro-batch with mini-batch-global weights; (loss, metrics)."""
+  """Loss of one micro-batch with mini-batch-global weights; (loss, metrics). `params` are
+  cast to the compute dtype here (no-op when `accumulate_grads` already did)."""
   cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
   logp, ent = sequence_logprobs(cfg, cparams, mb["tokens"], sc, sharder, **_model_inputs(mb))
   mb = _scored(mb)   # [B, N] when only the loss tokens were scored
@@ -256,8 +290,14 @@ def accumulate_grads(params, ref_params, mb, cfg, sc: StepConfig, sharder, p_sha
   """Sum of micro-batch gradients and metrics over a mini-batch of [K, m, ...] arrays.
 
   A micro-batch without loss tokens (the row padding of a mini-batch) contributes exactly 0
-  and is skipped by a `lax.cond`, so rounding the micro-batch count up costs ~nothing."""
+  and is skipped by a `lax.cond`, so rounding the micro-batch count up costs ~nothing.
+
+  The params are cast to the compute dtype once, before the scan, and each micro-batch's
+  gradient is taken with respect to that copy, then added to the accumulator in the params'
+  dtype: the same values as differentiating through a cast in every micro-batch (the cast's
+  transpose is that same conversion), without converting every weight once per micro-batch."""
   loss_w, metric_w = loss_weights(mb, sc)
+  cparams = _cast(params, ts.dtype_of(sc.compute_dtype))
   extra = PACKED_INPUTS if is_packed(mb) else ()
   extra += ("score_idx",) if "score_idx" in mb else ()
   micro = {**{k: mb[k] for k in MICRO_KEYS[:4] + extra}, "loss_w": loss_w, "metric_w": metric_w}
@@ -272,11 +312,11 @@ def accumulate_grads(params, ref_params, mb, cfg, sc: StepConfig, sharder, p_sha
       ref_logp, _ = sequence_logprobs(cfg, ref_params, x["tokens"], sc, sharder, remat="none",
                                       **_model_inputs(x))
       ref_logp = jax.lax.stop_gradient(ref_logp)
-    (_, metrics), g = grad_fn(params, ref_logp, x, cfg, sc, sharder)
+    (_, metrics), g = grad_fn(cparams, ref_logp, x, cfg, sc, sharder)
     return pin(g), {k: metrics[k].astype(jnp.float32) for k in zeros_m}
 
   def skip(x):
-    return pin(jax.tree.map(jnp.zeros_like, params)), zeros_m
+    return pin(jax.tree.map(jnp.zeros_like, cparams)), zeros_m
 
   def body(carry, x):
     g_acc, m_acc = carry

@@ -1,0 +1,28 @@
+"""bench/train_step.py --tiny on a length mix runs on CPU, prints its JSON line, and with
+--profile leaves a trace of the step that bench/trace_summary.py reads."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_length_mix_packed_step_with_a_profile(tmp_path):
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)   # one CPU device: 2-row micro-batches do not split over 8
+  prof = str(tmp_path / "prof")
+  r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_step.py"), "--tiny",
+                      "--length-mix", "paper", "--traj", "12", "--micro-batch", "2", "--steps",
+                      "1", "--layouts", "packed", "--remat", "dots_flash", "--profile", prof],
+                     capture_output=True, text=True, env=env, timeout=600)
+  assert r.returncode == 0, r.stderr[-2000:]
+  out = json.loads(r.stdout.strip().splitlines()[-1])
+  assert out["remat"] == "dots_flash" and out["step_s_packed"] > 0
+  assert 0 < out["fill_rate_packed"] <= 1 and out["real_tokens"] > 0
+  assert sorted(os.listdir(prof)) == ["packed", "packed.hlo.txt"]
+  s = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "trace_summary.py"), prof,
+                      "--match", ""], capture_output=True, text=True, timeout=300)
+  assert s.returncode == 0, s.stderr[-2000:]
+  tracks = [json.loads(x) for x in s.stdout.splitlines()]
+  assert any(t["busy_ms"] > 0 and t["by_class"] for t in tracks)
