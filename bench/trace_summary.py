@@ -8,10 +8,11 @@ create_perfetto_trace=True)`) wrote; every `*.trace.json.gz` under it is read. F
 it prints: `events`, `busy_ms` (the union of the events' intervals), `span_ms` (first start to
 last end), `idle_frac` (1 - busy / span: gaps between kernels, e.g. launch overhead), the
 `top` event names by total time with their count and mean microseconds, and `by_class`: the
-total milliseconds of every event by kind of kernel (`gemm`: cuBLAS / cuBLASLt / Triton GEMMs,
-`attention`: cuDNN or Pallas attention, `reduce`: XLA reduction fusions, `copy`: memcpy /
-memset / copy / transpose, `other`: every other fusion or op), the `top` list's names classed. Names are grouped after
-stripping a trailing `.N` / `_N` instance number, so `fusion.12` and `fusion.97` add up.
+milliseconds of all the track's events by kind, from their names (`attention`: cuDNN or Pallas
+attention, `gemm`: cuBLAS / cuBLASLt / Triton GEMMs, `copy`: memcpy / memset / copies and
+transposes, `reduce`: XLA reduction fusions, `other`: every other fusion or op). Names are
+grouped after stripping a trailing `.N` / `_N` instance number, so `fusion.12` and `fusion.97`
+add up.
 """
 from __future__ import annotations
 
