@@ -132,6 +132,15 @@ def build(a, cfg):
   return rl, sharder, tx, state_sh
 
 
+def check_micro_batch(m: int, sharder) -> None:
+  """Exits 2 with the fix when m rows do not split over the mesh's batch devices (the learner
+  refuses the same setting; jit would raise an IndivisibleError naming no flag)."""
+  rows = sharder.axis_size("act_batch")
+  if m % rows:
+    sys.exit(f"train_step.py: --micro-batch {m} is not a multiple of the {rows} devices the batch "
+             f"is sharded over; pass a multiple of {rows}, or --data with fewer devices")
+
+
 def fake_mask(K, m, T):
   mask = np.ones((K, m, T), np.float32)
   mask[..., : T // 8] = 0  # a prompt
@@ -276,6 +285,7 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
   m = a.micro_batch or 0
   if not m:
     m, info = search_micro_batch(a, cfg, rl, sharder, tx, state_sh)
+  check_micro_batch(m, sharder)
   sc = learner_lib.StepConfig.from_config(rl)
   sc = learner_lib.StepConfig(**{**sc.__dict__, "micro_batch_size": m,
                                  "max_segments": a.pack_max_segments})
@@ -355,6 +365,7 @@ def main(argv=None) -> int:
   m = a.micro_batch or 0
   if not m:
     m, info = search_micro_batch(a, cfg, rl, sharder, tx, state_sh)
+  check_micro_batch(m, sharder)
   K = a.num_micro or max(1, a.tokens_per_step // (m * a.seq))
   step, compiled, compile_s = compile_step(a, cfg, rl, sharder, tx, state_sh, K, m)
   state = ts.create_train_state(cfg, tx, sharder, param_dtype=ts.dtype_of(a.param_dtype))

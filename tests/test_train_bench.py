@@ -26,3 +26,14 @@ def test_length_mix_packed_step_with_a_profile(tmp_path):
   assert s.returncode == 0, s.stderr[-2000:]
   tracks = [json.loads(x) for x in s.stdout.splitlines()]
   assert any(t["busy_ms"] > 0 and t["by_class"] for t in tracks)
+
+
+def test_a_micro_batch_that_does_not_split_over_the_devices_is_refused_with_the_fix():
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_step.py"), "--tiny",
+                      "--length-mix", "paper", "--traj", "12", "--micro-batch", "2", "--steps",
+                      "1", "--layouts", "packed"], capture_output=True, text=True, env=env,
+                     timeout=600)
+  assert r.returncode != 0 and "Traceback" not in r.stderr
+  assert "--micro-batch 2 is not a multiple of the 4 devices" in r.stderr
