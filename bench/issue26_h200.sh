@@ -42,6 +42,9 @@
 #   fp  f's packed update (1.5B, paper mix) with remat "dots" and "dots_flash" (cuDNN attention's
 #       forward kept for the backward pass), micro-batch FPM (default 4: fits an H100), each with
 #       a profile of one step and its trace summary (kernel time by class)
+#   fg  fp's update (micro-batch FPM, remat dots) with the head's backward in bf16 (the default)
+#       and fp32 (--logits-grad-dtype float32, the earlier GEMMs), then with XLA's dynamic-slice
+#       fusion (the layer scan's weight slices read in place), then a profile of the default
 #   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000), cold, each in its own
 #       process, with each prefill attention in PA: wall and peak memory against weights + KV
 #       (stage a gives the cold and warm walls with the default prefill attention)
@@ -138,6 +141,15 @@ for s in $STAGES; do
           --micro-batch "${FPM:-4}" --layouts packed --profile "$PROF/fp_$r"
         $PY bench/trace_summary.py "$PROF/fp_$r" --top 40 > "$OUT/fp_${r}_trace.jsonl"
       done ;;
+    fg)
+      export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
+      G="$PY bench/train_step.py --length-mix paper --preset qwen2.5-1.5b --seq 8192 --traj 128 \
+        --steps 2 --attn-impl auto --remat dots --micro-batch ${FPM:-4} --layouts packed"
+      T=${T:-120} run fg_compute $G
+      T=${T:-120} run fg_float32 $G --logits-grad-dtype float32
+      XLA_FLAGS=--xla_gpu_enable_dynamic_slice_fusion=true T=${T:-120} run fg_dsf $G
+      T=${T:-160} run fg_prof $G --profile "$PROF/fg"
+      $PY bench/trace_summary.py "$PROF/fg" --top 40 > "$OUT/fg_trace.jsonl" ;;
     p)
       export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
       for pos in loss all; do
