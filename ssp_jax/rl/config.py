@@ -97,8 +97,8 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
                                # no [D, V] GEMM on prompts and observations); "all": at every
                                # position, then masked
   c.logits_grad_dtype = "compute"  # the fp32 logits' gradient, rounded to compute_dtype before
-                               # the output projection's two backward GEMMs (as PyTorch autocast
-                               # does: bf16 GEMMs); "float32": kept fp32 (fp32/TF32 GEMMs, slower)
+                               # the output projection's two backward GEMMs (bf16 GEMMs, as in
+                               # veRL's bf16 learner); "float32": kept fp32 (fp32/TF32 GEMMs)
   # -- robustness -------------------------------------------------------------------------
   c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips
   c.seed = 0                   # train-state RNG seed
