@@ -143,6 +143,22 @@ def test_one_cast_per_update_gives_the_gradients_of_a_cast_per_micro_batch():
     np.testing.assert_array_equal(a, b)
 
 
+def test_empty_micro_batches_leave_gradients_and_metrics_unchanged():
+  """Micro-batches without loss tokens (the power-of-two padding of micro_batches_bucket) are
+  skipped by the cond that carries the accumulator through: the same sums, to the bit."""
+  learner = learner_lib.Learner(CFG, rl_cfg(micro_batch_size=2))
+  sc, p = learner.sc, learner.state["params"]
+  mb = {k: jnp.asarray(v) for k, v in learner_lib.to_micro(make_batch().step_inputs(), 2).items()}
+  padded = {k: jnp.concatenate([v, jnp.zeros_like(v[:3])]) for k, v in mb.items()}
+  f = jax.jit(lambda p, mb: learner_lib.accumulate_grads(
+      p, learner.ref_params, mb, CFG, sc, None, None))
+  (g0, m0), (g1, m1) = f(p, mb), f(p, padded)
+  assert padded["tokens"].shape[0] == mb["tokens"].shape[0] + 3
+  for a, b in zip(jax.tree.leaves((g0, m0)), jax.tree.leaves((g1, m1))):
+    np.testing.assert_array_equal(a, b)
+  assert any(np.abs(np.asarray(a)).max() > 0 for a in jax.tree.leaves(g0))
+
+
 def test_observation_old_and_ref_logprobs_change_nothing_in_the_step():
   learner = learner_lib.Learner(CFG, rl_cfg(recompute_old_logp=False))
   b = make_batch()

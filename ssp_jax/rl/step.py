@@ -291,7 +291,8 @@ def accumulate_grads(params, ref_params, mb, cfg, sc: StepConfig, sharder, p_sha
   """Sum of micro-batch gradients and metrics over a mini-batch of [K, m, ...] arrays.
 
   A micro-batch without loss tokens (the row padding of a mini-batch) contributes exactly 0
-  and is skipped by a `lax.cond`, so rounding the micro-batch count up costs ~nothing.
+  and is skipped by a `lax.cond` that passes the accumulator through, so rounding the
+  micro-batch count up costs ~nothing.
 
   The params are cast to the compute dtype once, before the scan, and each micro-batch's
   gradient is taken with respect to that copy, then added to the accumulator in the params'
@@ -316,14 +317,16 @@ def accumulate_grads(params, ref_params, mb, cfg, sc: StepConfig, sharder, p_sha
     (_, metrics), g = grad_fn(cparams, ref_logp, x, cfg, sc, sharder)
     return pin(g), {k: metrics[k].astype(jnp.float32) for k in zeros_m}
 
-  def skip(x):
-    return pin(jax.tree.map(jnp.zeros_like, cparams)), zeros_m
+  def add(carry, x):
+    g_acc, m_acc = carry
+    g, metrics = grads_and_metrics(x)
+    g_acc = pin(jax.tree.map(lambda a, b: a + b.astype(a.dtype), g_acc, g))
+    return g_acc, {k: m_acc[k] + metrics[k] for k in m_acc}
 
   def body(carry, x):
-    g_acc, m_acc = carry
-    g, metrics = jax.lax.cond(jnp.any(x["loss_mask"] > 0), grads_and_metrics, skip, x)
-    g_acc = pin(jax.tree.map(lambda a, b: a + b.astype(a.dtype), g_acc, g))
-    return (g_acc, {k: m_acc[k] + metrics[k] for k in m_acc}), None
+    # The accumulation sits inside the cond, so an empty micro-batch neither zero-fills a
+    # gradient-sized buffer nor adds it (10 of 32 micro-batches in the 1.5B bench on an H100).
+    return jax.lax.cond(jnp.any(x["loss_mask"] > 0), add, lambda c, _: c, carry, x), None
 
   zeros_g = pin(jax.tree.map(jnp.zeros_like, params))
   (grads, metrics), _ = jax.lax.scan(body, (zeros_g, zeros_m), micro)
