@@ -58,7 +58,10 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
                                 # padded to the longest (bench/RESULTS.md, issue 26); the run
                                 # of docs/results.md (2026-12-01) had rl.pack=False
   rl.max_len = 4096             # above rollout.max_prompt_tokens (the trainer checks)
-  rl.remat = "none"
+  rl.remat = "dots_flash"       # save the matmul outputs and cuDNN attention's forward; recompute
+                                # the elementwise ops: this update took 2.74 s on an H100 against
+                                # 3.37 s with "none" (4 rows a micro-batch; bench/RESULTS.md,
+                                # 2026-12-06): saving every intermediate moves more bytes
   rl.attn_impl = "auto"         # cuDNN flash attention in its packed layout on the GPU (the
                                 # update benchmark's setting; "xla" built [T, T] masks)
 
