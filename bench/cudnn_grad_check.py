@@ -1,6 +1,8 @@
 """cuDNN packed attention: are the q/k/v gradients finite at padding tokens, and equal to the XLA
-path's at the segments? Prints one JSON line an implementation (unguarded cuDNN, the guarded
-`models.layers.fused_segment_attention`, XLA), then the relative differences. GPU only.
+path's at the segments? Prints the JAX version and whether its wrapper takes grouped-query K/V
+unrepeated (`layers.cudnn_packed_gqa_ok`), one JSON line an implementation (unguarded cuDNN, the
+guarded `models.layers.fused_segment_attention` with "cudnn", and with "cudnn_gqa" where the
+wrapper allows it, XLA), then the relative differences of gradients and outputs. GPU only.
 
   python bench/cudnn_grad_check.py
 """
@@ -36,6 +38,11 @@ def unguarded(q, k, v):
 fns = {"cudnn_unguarded": unguarded,
        "cudnn_guarded": lambda q, k, v: layers.fused_segment_attention(q, k, v, seg_j, pos_j, "cudnn", M),
        "xla": lambda q, k, v: layers.fused_segment_attention(q, k, v, seg_j, pos_j, "xla", M)}
+gqa_ok = layers.cudnn_packed_gqa_ok()
+print(json.dumps({"jax": jax.__version__, "cudnn_packed_gqa_ok": gqa_ok}))
+if gqa_ok:   # K/V at their 2 heads (attn_impl "cudnn_gqa"): must match XLA like the repeat does
+  fns["cudnn_gqa"] = lambda q, k, v: layers.fused_segment_attention(q, k, v, seg_j, pos_j,
+                                                                    "cudnn_gqa", M)
 grads = {}
 real = (seg > 0)
 for name, f in fns.items():
@@ -48,7 +55,11 @@ for name, f in fns.items():
       "finite_at_segments": [bool(np.isfinite(x[real]).all()) for x in g],
       "nonfinite_at_padding": [int((~np.isfinite(x[~real])).sum()) for x in g],
       "abs_max_at_padding": [float(np.nan_to_num(np.abs(x[~real]), nan=np.inf).max()) for x in g]}))
-for name in ("cudnn_unguarded", "cudnn_guarded"):
+out_xla = np.asarray(fns["xla"](q, k, v), np.float32)[real]
+for name in [n for n in fns if n.startswith("cudnn")]:
   d = [float(np.abs(a[real] - b[real]).max() / (np.abs(b[real]).max() + 1e-9))
        for a, b in zip(grads[name], grads["xla"])]
-  print(json.dumps({"impl": name, "rel_max_diff_vs_xla_at_segments": d}))
+  o = np.asarray(jax.jit(fns[name])(q, k, v), np.float32)[real]
+  print(json.dumps({"impl": name, "rel_max_diff_vs_xla_at_segments": d,
+                    "out_rel_max_diff_vs_xla": float(np.abs(o - out_xla).max()
+                                                     / (np.abs(out_xla).max() + 1e-9))}))

@@ -45,6 +45,9 @@
 #   fg  fp's update (micro-batch FPM, remat dots) with the head's backward in bf16 (the default)
 #       and fp32 (--logits-grad-dtype float32, the earlier GEMMs), then with XLA's dynamic-slice
 #       fusion (the layer scan's weight slices read in place), then a profile of the default
+#   fq  bench/cudnn_grad_check.py (cuDNN's packed gradients against XLA's; with grouped-query
+#       K/V unrepeated where the JAX wrapper allows it), then, where it does, the 1.5B update
+#       (micro-batch FPM) and the 0.5B ssp_small update with rl.attn_impl cudnn and cudnn_gqa
 #   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000), cold, each in its own
 #       process, with each prefill attention in PA: wall and peak memory against weights + KV
 #       (stage a gives the cold and warm walls with the default prefill attention)
@@ -150,6 +153,19 @@ for s in $STAGES; do
       XLA_FLAGS=--xla_gpu_enable_dynamic_slice_fusion=true T=${T:-120} run fg_dsf $G
       T=${T:-160} run fg_prof $G --profile "$PROF/fg"
       $PY bench/trace_summary.py "$PROF/fg" --top 40 > "$OUT/fg_trace.jsonl" ;;
+    fq)   # packed cuDNN attention with grouped-query K/V unrepeated (rl.attn_impl cudnn_gqa)
+      export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
+      $PY bench/cudnn_grad_check.py | tee "$OUT/fq_cudnn_grad_check.jsonl"
+      if grep -q '"cudnn_packed_gqa_ok": true' "$OUT/fq_cudnn_grad_check.jsonl"; then
+        for impl in cudnn cudnn_gqa; do
+          T=${T:-120} run fq_${impl}_1.5b $PY bench/train_step.py --length-mix paper \
+            --preset qwen2.5-1.5b --seq 8192 --traj 128 --steps 3 --attn-impl $impl \
+            --remat dots_flash --micro-batch "${FPM:-4}" --layouts packed
+          T=${T:-120} run fq_${impl}_0.5b $PY bench/train_step.py --length-mix ssp_small \
+            --preset qwen2.5-0.5b --seq 4096 --traj 384 --steps 3 --attn-impl $impl \
+            --remat dots_flash --micro-batch 8 --pack-len 4096 --layouts packed
+        done
+      fi ;;
     p)
       export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
       for pos in loss all; do

@@ -74,7 +74,7 @@ def parse_args(argv=None):
   p.add_argument("--compute-dtype", default="bfloat16")
   p.add_argument("--param-dtype", default="float32", help="master params and optimizer state")
   p.add_argument("--kl-coef", type=float, default=0.01, help="0 drops the reference forward")
-  p.add_argument("--attn-impl", default="auto", help="xla | cudnn | auto (cudnn on GPU)")
+  p.add_argument("--attn-impl", default="auto", help="xla | cudnn | cudnn_gqa | auto (cudnn on GPU)")
   p.add_argument("--logprob-chunk", type=int, default=1024)
   p.add_argument("--logprob-positions", default="loss", choices=("loss", "all"),
                  help="rl.logprob_positions: the lm_head at the loss tokens only, or everywhere")

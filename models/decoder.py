@@ -182,7 +182,8 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
     own backward pass, `models.blocked_attention`; the fast one on a CPU), or "cudnn"/"auto"
     for `jax.nn.dot_product_attention` (flash attention on GPU). With segment ids and `max_segments` > 0 (packed rows: segments
     1..M contiguous and in order, padding after them), "cudnn" runs cuDNN's packed layout
-    (`layers.fused_segment_attention`); with max_segments 0 segment ids take the XLA path.
+    (`layers.fused_segment_attention`; "cudnn_gqa": the same without repeating grouped-query
+    K/V, where the JAX wrapper allows it); with max_segments 0 segment ids take the XLA path.
   attn_chunk: on the XLA path, query chunks of this many tokens that skip the keys after the
     chunk (`layers.causal_chunked_attention`; 0: one block). Same outputs, less work on long
     rows. With "blocked", the query and key block length (0: 128).

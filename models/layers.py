@@ -1,11 +1,13 @@
 """Small numeric building blocks shared by the decoder: RMSNorm, rotary embeddings, attention."""
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from models.config import RopeScaling
 
@@ -103,6 +105,7 @@ def causal_chunked_attention(q_BTNH: jax.Array, k_BTKH: jax.Array, v_BTKH: jax.A
 
 def fused_causal_attention(q_BTNH, k_BTKH, v_BTKH, impl: str) -> jax.Array:
   """Causal self-attention through `jax.nn.dot_product_attention` (cuDNN flash on GPU)."""
+  impl = "cudnn" if impl == "cudnn_gqa" else impl   # GQA is native here either way
   return jax.nn.dot_product_attention(q_BTNH, k_BTKH, v_BTKH, is_causal=True,
                                       implementation=impl)
 
@@ -137,18 +140,50 @@ def segment_seqlens_offsets(segment_ids_BT: jax.Array,
   return seqlen_BM, offsets_BM1
 
 
+CUDNN_GQA_REFUSED = (
+    f"attn_impl='cudnn_gqa' needs a JAX whose cuDNN wrapper strides packed KV offsets by the "
+    f"key's head count (JAX PR 39521); this JAX ({jax.__version__}) strides them by the query's, "
+    f"so grouped-query K/V would be read at the wrong tokens. Use attn_impl='cudnn' (K/V "
+    f"repeated to the query heads) or upgrade JAX.")
+
+
+@functools.lru_cache(maxsize=None)
+def cudnn_packed_gqa_ok() -> bool:
+  """Whether JAX's cuDNN wrapper strides packed KV offsets by the key's own head count.
+
+  Older JAX (0.10 among them) multiplies both the q and the kv segment offsets by the query's
+  heads x head dim, so grouped-query K/V must be repeated to the query heads first; JAX PR 39521
+  (merged 2026-07-29) strides the kv offsets by the key's heads. This runs the wrapper's own
+  offset conversion on a two-segment row (2 query heads, 1 KV head, head dim 1) and reads which
+  stride it applied; any failure (a renamed private function) answers False."""
+  try:
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
+    seqlen = np.array([[2, 2]], np.int32)
+    offsets = np.array([[0, 2, -1]], np.int32)
+    q, k = np.zeros((1, 4, 2, 1), np.float32), np.zeros((1, 4, 1, 1), np.float32)
+    with jax.ensure_compile_time_eval():
+      _, _, q_off, kv_off = cudnn_fa._fix_seqlen_offsets(seqlen, seqlen, offsets, offsets, q, k)
+    q_off, kv_off = np.asarray(q_off).ravel(), np.asarray(kv_off).ravel()
+    return bool(q_off[1] == 4 and kv_off[1] == 2)
+  except Exception:   # noqa: BLE001 - a changed private API means: keep the repeat
+    return False
+
+
 def fused_segment_attention(q_BTNH, k_BTKH, v_BTKH, segment_ids_BT, positions_BT, impl: str,
                             max_segments: int) -> jax.Array:
   """Causal self-attention within segments of packed rows (0 = padding), without a [T, T] mask
   on GPU.
 
   impl "cudnn": cuDNN flash attention in its packed (ragged-offset) layout through JAX's cuDNN
-  wrapper, every segment attended as its own causal sequence; KV heads are repeated to the
-  query heads there (the wrapper strides the KV offsets by the query head count). Padding rows'
-  outputs are set to 0. Any other impl: `jax.nn.dot_product_attention` with the segment mask
+  wrapper, every segment attended as its own causal sequence, with grouped-query KV heads
+  repeated to the query heads first (older wrappers, JAX 0.10 among them, stride the KV
+  offsets by the query's head count). impl "cudnn_gqa": the same with K/V at their own heads
+  (no repeat, no group sum in the backward), for a wrapper that strides KV offsets by the
+  key's heads (`cudnn_packed_gqa_ok`, JAX PR 39521); refused on one that does not. Padding
+  rows' outputs are set to 0. Any other impl: `jax.nn.dot_product_attention` with the segment mask
   (`segment_mask`), i.e. the XLA path.
   """
-  if impl != "cudnn":
+  if impl not in ("cudnn", "cudnn_gqa"):
     mask = segment_mask(positions_BT, segment_ids_BT)[:, None]
     impl_arg = None if impl in ("auto", "xla") else impl
     return jax.nn.dot_product_attention(q_BTNH, k_BTKH, v_BTKH, mask=mask,
@@ -164,11 +199,13 @@ def fused_segment_attention(q_BTNH, k_BTKH, v_BTKH, segment_ids_BT, positions_BT
                             for x in (q_BTNH, k_BTKH, v_BTKH))
   N, H = q_BTNH.shape[2], q_BTNH.shape[3]
   G = N // k_BTKH.shape[2]
-  k_BTNH = jnp.repeat(k_BTKH, G, axis=2) if G > 1 else k_BTKH
-  v_BTNH = jnp.repeat(v_BTKH, G, axis=2) if G > 1 else v_BTKH
+  if impl == "cudnn_gqa" and G > 1 and not cudnn_packed_gqa_ok():
+    raise ValueError(CUDNN_GQA_REFUSED)
+  if impl == "cudnn" and G > 1:
+    k_BTKH, v_BTKH = jnp.repeat(k_BTKH, G, axis=2), jnp.repeat(v_BTKH, G, axis=2)
   seqlen_BM, offsets_BM1 = segment_seqlens_offsets(segment_ids_BT, max_segments)
   out = cudnn_fa.dot_product_attention(
-      q_BTNH, k_BTNH, v_BTNH, bias=None, mask=None, q_seqlen=seqlen_BM, kv_seqlen=seqlen_BM,
+      q_BTNH, k_BTKH, v_BTKH, bias=None, mask=None, q_seqlen=seqlen_BM, kv_seqlen=seqlen_BM,
       q_offsets=offsets_BM1, kv_offsets=offsets_BM1, scale=1.0 / math.sqrt(H),
       mask_type=cudnn_fa.MaskType.PADDING_CAUSAL, qkv_layout="BTNH")
   # Padding tokens belong to no segment: whatever cuDNN leaves there is replaced (a select, so

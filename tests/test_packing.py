@@ -149,7 +149,10 @@ def test_chunked_attention_equals_one_block_on_packed_and_left_padded_rows(chunk
 
 
 @pytest.mark.skipif(jax.devices()[0].platform != "gpu", reason="cuDNN packed attention: GPU")
-def test_cudnn_packed_attention_matches_the_masked_one():
+@pytest.mark.parametrize("impl", ["cudnn", "cudnn_gqa"])
+def test_cudnn_packed_attention_matches_the_masked_one(impl):
+  if impl == "cudnn_gqa" and not layers.cudnn_packed_gqa_ok():
+    pytest.skip("this JAX's cuDNN wrapper strides packed KV offsets by the query's heads")
   rng = np.random.default_rng(0)
   B, T, N, K, H = 2, 256, 4, 2, 64
   q, k, v = (jnp.asarray(rng.normal(size=(B, T, n, H)), jnp.bfloat16) for n in (N, K, K))
@@ -169,13 +172,86 @@ def test_cudnn_packed_attention_matches_the_masked_one():
     (_, out), g = jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True)(q, k, v)
     return out, g
 
-  (o1, g1), (o2, g2) = run("cudnn"), run("xla")
+  (o1, g1), (o2, g2) = run(impl), run("xla")
   live = np.asarray(seg > 0)
   np.testing.assert_allclose(np.asarray(o1, np.float32)[live], np.asarray(o2, np.float32)[live],
                              atol=2e-2, rtol=2e-2)
   for a, c in zip(g1, g2):
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(c, np.float32),
                                atol=5e-2, rtol=5e-2)
+
+
+def _offsets_fixed(q_seqlen, kv_seqlen, q_offsets, kv_offsets, query, key):
+  """The wrapper's offset conversion with JAX PR 39521 (kv offsets by the key's heads), for one
+  row: what a JAX with the fix computes."""
+  _, _, N, H = query.shape
+  K = key.shape[2]
+  return q_seqlen, kv_seqlen, q_offsets * N * H, kv_offsets * K * H
+
+
+def _offsets_query_stride(q_seqlen, kv_seqlen, q_offsets, kv_offsets, query, key):
+  _, _, N, H = query.shape
+  return q_seqlen, kv_seqlen, q_offsets * N * H, kv_offsets * N * H
+
+
+@pytest.mark.parametrize("fix,want", [(_offsets_fixed, True), (_offsets_query_stride, False),
+                                      (None, False)])
+def test_cudnn_gqa_probe_reads_the_wrappers_kv_stride(monkeypatch, fix, want):
+  """cudnn_packed_gqa_ok runs the wrapper's own offset conversion: True only where kv offsets
+  follow the key's head count; a query-strided or missing conversion keeps the repeat."""
+  from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
+  if fix is None:
+    monkeypatch.delattr(cudnn_fa, "_fix_seqlen_offsets")
+  else:
+    monkeypatch.setattr(cudnn_fa, "_fix_seqlen_offsets", fix)
+  layers.cudnn_packed_gqa_ok.cache_clear()
+  try:
+    assert layers.cudnn_packed_gqa_ok() is want
+  finally:
+    layers.cudnn_packed_gqa_ok.cache_clear()
+
+
+@pytest.mark.parametrize("impl,gqa_ok,heads", [("cudnn", True, 4), ("cudnn", False, 4),
+                                               ("cudnn_gqa", True, 2)])
+def test_cudnn_paths_hand_kv_heads_as_the_wrapper_strides_them(monkeypatch, impl, gqa_ok, heads):
+  """"cudnn" repeats grouped-query K/V to the 4 query heads whatever the wrapper; "cudnn_gqa"
+  hands them at their own 2 heads (no repeat, no group sum in the backward) to a wrapper that
+  strides KV offsets by the key's heads. cuDNN itself cannot run on a CPU: the wrapper's entry
+  point is recorded (the GPU comparison against XLA is the test above and
+  bench/cudnn_grad_check.py)."""
+  from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
+  seen = {}
+
+  def record(q, k, v, **kw):
+    seen["k"], seen["v"] = k.shape, v.shape
+    return jnp.zeros_like(q)
+  monkeypatch.setattr(cudnn_fa, "dot_product_attention", record)
+  monkeypatch.setattr(layers, "cudnn_packed_gqa_ok", lambda: gqa_ok)
+  B, T, N, K, H = 1, 8, 4, 2, 16
+  q = jnp.ones((B, T, N, H), jnp.bfloat16)
+  k = v = jnp.ones((B, T, K, H), jnp.bfloat16)
+  seg = jnp.asarray([[1, 1, 1, 2, 2, 2, 0, 0]], jnp.int32)
+  pos = jnp.asarray([[0, 1, 2, 0, 1, 2, 0, 0]], jnp.int32)
+  layers.fused_segment_attention(q, k, v, seg, pos, impl, 4)
+  assert seen["k"] == (B, T, heads, H) and seen["v"] == (B, T, heads, H)
+
+
+def test_cudnn_gqa_is_refused_where_the_wrapper_strides_kv_by_the_query(monkeypatch):
+  """On a JAX whose wrapper strides KV offsets by the query's heads, "cudnn_gqa" would read keys
+  at the wrong tokens: the model call and the RL config check refuse it, naming the fix."""
+  from ssp_jax.rl.config import check_rl_config
+  from ssp_jax.rl.registry import RLConfigError
+  monkeypatch.setattr(layers, "cudnn_packed_gqa_ok", lambda: False)
+  q = jnp.ones((1, 8, 4, 16), jnp.bfloat16)
+  k = jnp.ones((1, 8, 2, 16), jnp.bfloat16)
+  seg = jnp.asarray([[1, 1, 1, 2, 2, 2, 0, 0]], jnp.int32)
+  with pytest.raises(ValueError, match="attn_impl='cudnn'"):
+    layers.fused_segment_attention(q, k, k, seg, seg, "cudnn_gqa", 4)
+  roles = ("proposer", "solver")
+  with pytest.raises(RLConfigError, match=r"^config\.rl\.attn_impl='cudnn_gqa' needs .*PR 39521"):
+    check_rl_config(rl_cfg(attn_impl="cudnn_gqa"), roles)
+  monkeypatch.setattr(layers, "cudnn_packed_gqa_ok", lambda: True)
+  check_rl_config(rl_cfg(attn_impl="cudnn_gqa"), roles)   # accepted where the wrapper allows it
 
 
 # ---------------------------------------------------------------------------- packed == padded

@@ -19,7 +19,7 @@ from ssp_jax.rl.roles import check_roles, roles_config
 UPDATE_SCHEDULES = ("fused", "by_role", "proposer_then_solver")
 BY_ROLE = ("by_role", "proposer_then_solver")   # the second: by_role's name before roles were
                                                 # data, still accepted so old commands run
-ATTN_IMPLS = ("xla", "blocked", "cudnn", "auto")   # models.decoder.hidden_states
+ATTN_IMPLS = ("xla", "blocked", "cudnn", "cudnn_gqa", "auto")   # models.decoder.hidden_states
 
 
 def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.ConfigDict:
@@ -87,7 +87,10 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
   c.ref_dtype = "bfloat16"     # frozen reference params (forward only)
   c.attn_impl = "auto"         # "auto": cudnn on a GPU, blocked on a CPU, xla elsewhere;
                                # "xla" (einsum, chunked); "blocked" (block-sparse, skips the
-                               # pairs the mask hides); "cudnn" (flash attention, GPU)
+                               # pairs the mask hides); "cudnn" (flash attention, GPU);
+                               # "cudnn_gqa" (cudnn, packed rows' grouped-query K/V not
+                               # repeated to the query heads: needs a JAX whose wrapper
+                               # strides them by the key's heads, checked here)
   c.attn_chunk = 512           # "xla": query chunks that skip the keys after them (same
                                # result, about half the score matrix on long rows); 0: one block.
                                # "blocked": its block length (0: 128)
@@ -150,6 +153,10 @@ def _check_choices(c: ml_collections.ConfigDict) -> None:
     if c.get(name) not in known:
       raise RLConfigError(f"config.rl.{name}={c.get(name)!r} is unknown; known: "
                           f"{', '.join(known)}")
+  if c.get("attn_impl") == "cudnn_gqa":
+    from models.layers import CUDNN_GQA_REFUSED, cudnn_packed_gqa_ok
+    if not cudnn_packed_gqa_ok():
+      raise RLConfigError(f"config.rl.{CUDNN_GQA_REFUSED}")
   import jax.numpy as jnp
   for name in ("compute_dtype", "param_dtype", "ref_dtype"):
     try:

@@ -65,8 +65,9 @@ def cache_key(config) -> str:
   attn = resolve_attn_impl(config.rl.attn_impl)
   if attn == "blocked":   # the same SFT up to rounding
     parts += (("attn", "blocked", int(config.rl.attn_chunk)),)
-  elif attn == "cudnn":   # entries trained before the padding-gradient fix (models/layers.py,
-    parts += (("attn", "cudnn-padding-guarded"),)   # 2026-12-05) learned nothing: not reused
+  elif attn in ("cudnn", "cudnn_gqa"):   # entries trained before the padding-gradient fix
+    parts += (("attn", "cudnn-padding-guarded"),)   # (models/layers.py, 2026-12-05) learned
+                                                    # nothing: not reused
   if config.warmstart.get("demos", "blank") == "world":   # the world's files, not the shipped ones
     world_dir = config.ssp.get("world_dir", "")
     parts += tuple(_digest(os.path.join(world_dir, f))
