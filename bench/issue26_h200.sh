@@ -44,7 +44,8 @@
 #       a profile of one step and its trace summary (kernel time by class)
 #   fg  fp's update (micro-batch FPM, remat dots) with the head's backward in bf16 (the default)
 #       and fp32 (--logits-grad-dtype float32, the earlier GEMMs), then with XLA's dynamic-slice
-#       fusion (the layer scan's weight slices read in place), then a profile of the default
+#       fusion (the layer scan's weight slices read in place), then a profile of the default,
+#       its memcpy and broadcast kernels traced to their XLA instructions (trace_summary --by-op)
 #   fq  bench/cudnn_grad_check.py (cuDNN's packed gradients against XLA's; with grouped-query
 #       K/V unrepeated where the JAX wrapper allows it), then, where it does, the 1.5B update
 #       (micro-batch FPM) and the 0.5B ssp_small update with rl.attn_impl cudnn and cudnn_gqa
@@ -152,7 +153,8 @@ for s in $STAGES; do
       T=${T:-120} run fg_float32 $G --logits-grad-dtype float32
       XLA_FLAGS=--xla_gpu_enable_dynamic_slice_fusion=true T=${T:-120} run fg_dsf $G
       T=${T:-160} run fg_prof $G --profile "$PROF/fg"
-      $PY bench/trace_summary.py "$PROF/fg" --top 40 > "$OUT/fg_trace.jsonl" ;;
+      $PY bench/trace_summary.py "$PROF/fg" --top 40 --by-op 'memcpy|broadcast' \
+        --hlo "$PROF/fg/packed.hlo.txt" > "$OUT/fg_trace.jsonl" ;;
     fq)   # packed cuDNN attention with grouped-query K/V unrepeated (rl.attn_impl cudnn_gqa)
       export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
       $PY bench/cudnn_grad_check.py | tee "$OUT/fq_cudnn_grad_check.jsonl"

@@ -1,6 +1,6 @@
 """Summarizes a JAX profiler trace (perfetto JSON) as one JSON object per track.
 
-  python bench/trace_summary.py DIR [--top 25] [--match GPU]
+  python bench/trace_summary.py DIR [--top 25] [--match GPU] [--by-op memcpy [--hlo FILE]]
 
 DIR is what `bench/sampler.py --profile DIR` (or `jax.profiler.trace(DIR,
 create_perfetto_trace=True)`) wrote; every `*.trace.json.gz` under it is read. For each track
@@ -13,6 +13,13 @@ attention, `gemm`: cuBLAS / cuBLASLt / Triton GEMMs, `copy`: memcpy / memset / c
 transposes, `reduce`: XLA reduction fusions, `other`: every other fusion or op). Names are
 grouped after stripping a trailing `.N` / `_N` instance number, so `fusion.12` and `fusion.97`
 add up.
+
+`--by-op REGEX` adds `by_op`: the events whose name matches REGEX (e.g. `memcpy`) grouped by the
+XLA instruction that launched them (the events' `hlo_op` argument, which JAX's profiler records
+on CPU and GPU), so a kernel such as `memcpy128` is traced to its instructions. With `--hlo
+FILE` (the compiled HLO text: `bench/train_step.py --profile` writes DIR/<layout>.hlo.txt) each
+instruction also gets its line's result shape and opcode (`hlo`) and its JAX source path
+(`op_name`).
 """
 from __future__ import annotations
 
@@ -62,7 +69,48 @@ def _busy(intervals: list[tuple[float, float]]) -> float:
   return total
 
 
-def summarize(events: list[dict], match: str, top: int) -> list[dict]:
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = (.*)$")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def hlo_instructions(text: str) -> dict[str, dict]:
+  """{instruction name: {"hlo": result shape and opcode with operands, "op_name": JAX path}}
+  from compiled HLO text (metadata and backend configs cut from `hlo`)."""
+  out = {}
+  for line in text.splitlines():
+    m = _INSTR.match(line)
+    if not m:
+      continue
+    body = m.group(2)
+    op_name = _OP_NAME.search(body)
+    body = re.split(r", (?:metadata|backend_config|frontend_attributes)=", body)[0]
+    out[m.group(1)] = {"hlo": body[:300], "op_name": op_name.group(1) if op_name else ""}
+  return out
+
+
+def by_op(events: list[dict], pattern: str, top: int,
+          hlo: dict[str, dict] | None = None) -> list[dict]:
+  """Time of the events whose name matches `pattern`, by their `hlo_op` argument."""
+  rx = re.compile(pattern)
+  agg = collections.defaultdict(lambda: [0.0, 0, set()])
+  for e in events:
+    if rx.search(e["name"]):
+      a = agg[(e.get("args") or {}).get("hlo_op", "?")]
+      a[0] += float(e["dur"])
+      a[1] += 1
+      a[2].add(e["name"])
+  rows = []
+  for op, (t, c, names) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:top]:
+    row = {"hlo_op": op, "total_ms": round(t / 1e3, 3), "count": c, "mean_us": round(t / c, 2),
+           "kernels": sorted(names)}
+    if hlo is not None:
+      row.update(hlo.get(op, {"hlo": "?", "op_name": ""}))
+    rows.append(row)
+  return rows
+
+
+def summarize(events: list[dict], match: str, top: int, op_pattern: str = "",
+              hlo: dict[str, dict] | None = None) -> list[dict]:
   procs, threads = {}, {}
   for e in events:
     if e.get("ph") == "M" and e.get("name") == "process_name":
@@ -98,6 +146,8 @@ def summarize(events: list[dict], match: str, top: int) -> list[dict]:
                         for n, (t, c) in rows],
                 "by_class": {k: round(v / 1e3, 3)
                              for k, v in sorted(classes.items(), key=lambda kv: -kv[1])}})
+    if op_pattern:
+      out[-1]["by_op"] = by_op(evs, op_pattern, top, hlo)
   return out
 
 
@@ -106,7 +156,21 @@ def main(argv=None) -> int:
   p.add_argument("dir")
   p.add_argument("--top", type=int, default=25)
   p.add_argument("--match", default="GPU", help="keep tracks whose process name contains this")
+  p.add_argument("--by-op", default="", metavar="REGEX",
+                 help="events whose name matches: their time by XLA instruction (hlo_op)")
+  p.add_argument("--hlo", default="", metavar="FILE",
+                 help="compiled HLO text: shapes and JAX paths of the --by-op instructions")
   a = p.parse_args(argv)
+  if a.hlo and not a.by_op:
+    p.error("--hlo annotates --by-op's instructions: pass --by-op REGEX (e.g. memcpy) too")
+  hlo = None
+  if a.hlo:
+    try:
+      with open(a.hlo) as f:
+        hlo = hlo_instructions(f.read())
+    except OSError as e:
+      print(f"trace_summary.py: cannot read --hlo {a.hlo}: {e.strerror}", file=sys.stderr)
+      return 2
   paths = sorted(glob.glob(os.path.join(a.dir, "**", "*.trace.json.gz"), recursive=True)
                  + glob.glob(os.path.join(a.dir, "**", "*trace.json"), recursive=True))
   if not paths:
@@ -118,7 +182,7 @@ def main(argv=None) -> int:
     events = _load(path)
     names |= {e["args"]["name"] for e in events
               if e.get("ph") == "M" and e.get("name") == "process_name"}
-    for track in summarize(events, a.match, a.top):
+    for track in summarize(events, a.match, a.top, a.by_op, hlo):
       print(json.dumps({"trace": os.path.relpath(path, a.dir), **track}), flush=True)
       printed += 1
   if not printed:

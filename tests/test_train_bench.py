@@ -2,6 +2,7 @@
 --profile leaves a trace of the step that bench/trace_summary.py reads."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -26,6 +27,22 @@ def test_length_mix_packed_step_with_a_profile(tmp_path):
   assert s.returncode == 0, s.stderr[-2000:]
   tracks = [json.loads(x) for x in s.stdout.splitlines()]
   assert any(t["busy_ms"] > 0 and t["by_class"] for t in tracks)
+  # --by-op traces matching kernels to their XLA instructions; --hlo adds their shapes and the
+  # JAX source path from the HLO text the profile wrote
+  s = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "trace_summary.py"), prof,
+                      "--match", "", "--by-op", "fusion", "--hlo",
+                      os.path.join(prof, "packed.hlo.txt")],
+                     capture_output=True, text=True, timeout=300)
+  assert s.returncode == 0, s.stderr[-2000:]
+  ops = [o for x in s.stdout.splitlines() for o in json.loads(x).get("by_op", [])]
+  named = [o for o in ops if o["hlo_op"] != "?" and o["hlo"] != "?"]
+  assert named and all(o["total_ms"] >= 0 and o["count"] > 0 for o in named)
+  assert any("jit(train_step)" in o["op_name"] for o in named)
+  assert any(re.match(r"(f32|bf16|s32|pred|\()", o["hlo"]) for o in named)
+  bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "trace_summary.py"), prof,
+                        "--hlo", os.path.join(prof, "packed.hlo.txt")],
+                       capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 2 and "pass --by-op REGEX" in bad.stderr
 
 
 def test_a_micro_batch_that_does_not_split_over_the_devices_is_refused_with_the_fix():
