@@ -80,6 +80,8 @@ def parse_args(argv=None):
                  help="rl.logprob_positions: the lm_head at the loss tokens only, or everywhere")
   p.add_argument("--logits-grad-dtype", default="compute", choices=("compute", "float32"),
                  help="rl.logits_grad_dtype: the logits' cotangent in the head's backward GEMMs")
+  p.add_argument("--layer-loop", default="scan", choices=("scan", "unrolled"),
+                 help="rl.layer_loop: the layers as a lax.scan or fully unrolled")
   p.add_argument("--data", type=int, default=-1, help="mesh data axis (-1: all devices)")
   p.add_argument("--tensor", type=int, default=1, help="mesh tensor axis")
   p.add_argument("--peak-tflops", type=float, default=989.0, help="per-device dense peak")
@@ -123,7 +125,8 @@ def build(a, cfg):
   rl = rl_config.get_rl_config()
   rl.update(kl_coef=a.kl_coef, remat=a.remat, compute_dtype=a.compute_dtype,
             param_dtype=a.param_dtype, ref_dtype=a.compute_dtype, logprob_chunk=a.logprob_chunk,
-            logprob_positions=a.logprob_positions, logits_grad_dtype=a.logits_grad_dtype)
+            logprob_positions=a.logprob_positions, logits_grad_dtype=a.logits_grad_dtype,
+            layer_loop=a.layer_loop)
   on_gpu = jax.devices()[0].platform == "gpu"
   rl.attn_impl = ("cudnn" if on_gpu else "xla") if a.attn_impl == "auto" else a.attn_impl
   sharder = models.Sharder(models.make_mesh((("data", a.data), ("tensor", a.tensor))))
@@ -321,7 +324,7 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
          "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__,
          "remat": a.remat, "attn_impl": rl.attn_impl, "kl_coef": a.kl_coef,
          "logprob_positions": a.logprob_positions, "logits_grad_dtype": a.logits_grad_dtype,
-         **info}
+         "layer_loop": a.layer_loop, **info}
   layouts = {k: v for k, v in layouts.items() if k in a.layouts.split(",")}
   for name, (b, packed, toks, flops, flops_policy, used_rows) in layouts.items():
     step = learner_lib.make_train_step(cfg, sc, tx, sharder, state_sh,

@@ -159,11 +159,13 @@ def _embed(cfg, params, tokens_BT, dtype, sharder):
   return constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
 
 
-def _scan_layers(body, x, xs, remat: str):
+def _scan_layers(body, x, xs, remat: str, unroll: bool = False):
+  """The layers as a `lax.scan` over the stacked params; `unroll`: fully unrolled (straight-line
+  code, static slices, no [L, ...] stacks of saved activations; a longer compile)."""
   policy = REMAT_POLICIES[remat]
   if remat != "none":
     body = jax.checkpoint(body, policy=policy, prevent_cse=False)
-  return jax.lax.scan(body, x, xs)
+  return jax.lax.scan(body, x, xs, unroll=True if unroll else 1)
 
 
 def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
@@ -171,7 +173,8 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
                   segment_ids_BT: Optional[jax.Array] = None,
                   dtype=jnp.float32, remat: str = "none", attn_impl: str = "xla",
                   sharder: Optional[Sharder] = None, max_segments: int = 0,
-                  attn_chunk: int = 0, frozen_layers: int = 0) -> jax.Array:
+                  attn_chunk: int = 0, frozen_layers: int = 0,
+                  unroll_layers: bool = False) -> jax.Array:
   """Final-norm hidden states [B, T, D] of a full (no cache) forward.
 
   positions_BT: rope positions and causal order (default 0..T-1 per row).
@@ -189,6 +192,9 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
     rows. With "blocked", the query and key block length (0: 128).
   frozen_layers: the first this many layers (and the embedding lookup) get no gradient: their
     output is under stop_gradient, so a backward pass stops there (same forward values).
+  unroll_layers: the layer scan fully unrolled (`_scan_layers`): the same values; XLA sees each
+    layer's weights and saved activations as their own buffers instead of slices of [L, ...]
+    stacks.
   """
   B, T = tokens_BT.shape
   if positions_BT is None:
@@ -223,9 +229,9 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
                        f"{cfg.num_layers} layers")
     bottom = jax.tree.map(lambda w: w[:frozen_layers], layers)
     layers = jax.tree.map(lambda w: w[frozen_layers:], layers)
-    x_BTD, _ = _scan_layers(body, x_BTD, bottom, "none")
+    x_BTD, _ = _scan_layers(body, x_BTD, bottom, "none", unroll_layers)
     x_BTD = jax.lax.stop_gradient(x_BTD)
-  x_BTD, _ = _scan_layers(body, x_BTD, layers, remat)
+  x_BTD, _ = _scan_layers(body, x_BTD, layers, remat, unroll_layers)
   return L_.rms_norm(x_BTD, params["final_norm"], cfg.rms_norm_eps)
 
 

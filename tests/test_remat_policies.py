@@ -20,14 +20,15 @@ CFG = models.ModelConfig(vocab_size=128, hidden_size=64, intermediate_size=128, 
 T = 64
 
 
-def _loss(remat, attn_impl, dtype=jnp.float32):
+def _loss(remat, attn_impl, dtype=jnp.float32, unroll=False):
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, CFG.vocab_size, (2, T)), jnp.int32)
   seg = jnp.asarray(np.repeat([[1] * 40 + [2] * 20 + [0] * 4], 2, 0), jnp.int32)
   pos = jnp.asarray(np.repeat([list(range(40)) + list(range(20)) + [0] * 4], 2, 0), jnp.int32)
 
   def f(params):
     h = decoder.hidden_states(CFG, params, tokens, positions_BT=pos, segment_ids_BT=seg,
-                              dtype=dtype, remat=remat, attn_impl=attn_impl, max_segments=4)
+                              dtype=dtype, remat=remat, attn_impl=attn_impl, max_segments=4,
+                              unroll_layers=unroll)
     return jnp.sum(jnp.where((seg > 0)[..., None], h, 0).astype(jnp.float32) ** 2)
   return f
 
@@ -64,3 +65,20 @@ def test_every_policy_gives_the_gradients_of_no_remat(remat):
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     np.testing.assert_allclose(a, b, rtol=0, atol=tol * np.abs(b).max())
+
+
+@pytest.mark.parametrize("remat", ["none", "dots", "full"])
+def test_unrolled_layers_give_the_scans_gradients_without_layer_loops(remat):
+  """rl.layer_loop="unrolled" (unroll_layers): the same loss and gradients as the scan, and the
+  compiled gradient has no while loop left (the scan's forward and backward loops, with their
+  [L, ...] stacks of saved activations and per-layer weight slices, are straight-line code)."""
+  params = models.init_params(CFG, jax.random.PRNGKey(2))
+  f_scan, f_unrolled = _loss(remat, "xla"), _loss(remat, "xla", unroll=True)
+  (l0, g0), (l1, g1) = (jax.jit(jax.value_and_grad(f))(params) for f in (f_scan, f_unrolled))
+  np.testing.assert_allclose(float(l1), float(l0), rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0,
+                               atol=1e-4 * np.abs(np.asarray(b)).max())   # fp32 reassociation
+  loops = lambda f: len(re.findall(r" while\(", jax.jit(jax.grad(f)).lower(params).compile()
+                                   .as_text()))
+  assert loops(f_scan) >= 2 and loops(f_unrolled) == 0

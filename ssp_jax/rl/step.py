@@ -62,6 +62,7 @@ class StepConfig:
   score_loss_tokens: bool = True   # the output projection only at the loss tokens (`score_idx`)
   logits_grad_dtype: str = "compute"   # "compute" or "float32": the logits' cotangent in the
                                        # output projection's backward GEMMs (`head_logits`)
+  layer_loop: str = "scan"     # "scan" or "unrolled" (models.hidden_states unroll_layers)
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "StepConfig":
@@ -75,7 +76,8 @@ class StepConfig:
                max_segments=int(rl.get("pack_max_segments", 64)),
                attn_chunk=int(rl.get("attn_chunk", 0)),
                score_loss_tokens=rl.get("logprob_positions", "loss") == "loss",
-               logits_grad_dtype=rl.get("logits_grad_dtype", "compute"))
+               logits_grad_dtype=rl.get("logits_grad_dtype", "compute"),
+               layer_loop=rl.get("layer_loop", "scan"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,7 +176,8 @@ def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array
                                attn_impl=sc.attn_impl, sharder=sharder,
                                segment_ids_BT=segment_ids_BT, positions_BT=positions_BT,
                                max_segments=sc.max_segments if segment_ids_BT is not None else 0,
-                               attn_chunk=sc.attn_chunk)
+                               attn_chunk=sc.attn_chunk,
+                               unroll_layers=sc.layer_loop == "unrolled")
   if score_idx_BN is not None:   # token t is scored from the hidden state at t - 1
     t_BN = jnp.maximum(score_idx_BN, 1)
     h_BND = jnp.take_along_axis(h_BTD, (t_BN - 1)[..., None], axis=1)
