@@ -74,7 +74,8 @@ def parse_args(argv=None):
   p.add_argument("--compute-dtype", default="bfloat16")
   p.add_argument("--param-dtype", default="float32", help="master params and optimizer state")
   p.add_argument("--kl-coef", type=float, default=0.01, help="0 drops the reference forward")
-  p.add_argument("--attn-impl", default="auto", help="xla | cudnn | cudnn_gqa | auto (cudnn on GPU)")
+  p.add_argument("--attn-impl", default="auto",
+                 help="xla | cudnn | cudnn_gqa | auto (cudnn on GPU)")
   p.add_argument("--logprob-chunk", type=int, default=1024)
   p.add_argument("--logprob-positions", default="loss", choices=("loss", "all"),
                  help="rl.logprob_positions: the lm_head at the loss tokens only, or everywhere")
@@ -129,6 +130,8 @@ def build(a, cfg):
             layer_loop=a.layer_loop)
   on_gpu = jax.devices()[0].platform == "gpu"
   rl.attn_impl = ("cudnn" if on_gpu else "xla") if a.attn_impl == "auto" else a.attn_impl
+  if rl.attn_impl == "cudnn_gqa" and not models.layers.cudnn_packed_gqa_ok():
+    sys.exit(f"train_step.py: --attn-impl cudnn_gqa refused: {models.layers.CUDNN_GQA_REFUSED}")
   sharder = models.Sharder(models.make_mesh((("data", a.data), ("tensor", a.tensor))))
   tx = ts.make_optimizer(rl)
   _, state_sh = ts.state_shardings(cfg, tx, sharder, ts.dtype_of(a.param_dtype))

@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -54,3 +56,17 @@ def test_a_micro_batch_that_does_not_split_over_the_devices_is_refused_with_the_
                      timeout=600)
   assert r.returncode != 0 and "Traceback" not in r.stderr
   assert "--micro-batch 2 is not a multiple of the 4 devices" in r.stderr
+
+
+def test_cudnn_gqa_on_a_jax_that_cannot_take_it_exits_with_the_fix():
+  from models import layers
+  if layers.cudnn_packed_gqa_ok():
+    pytest.skip("this JAX's cuDNN wrapper takes grouped-query K/V unrepeated")
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "train_step.py"), "--tiny",
+                      "--length-mix", "paper", "--traj", "12", "--micro-batch", "2", "--steps",
+                      "1", "--layouts", "packed", "--attn-impl", "cudnn_gqa"],
+                     capture_output=True, text=True, env=env, timeout=600)
+  assert r.returncode != 0 and "Traceback" not in r.stderr
+  assert "--attn-impl cudnn_gqa refused" in r.stderr and "attn_impl='cudnn'" in r.stderr
