@@ -98,8 +98,9 @@ def head_logits(h_BCD: jax.Array, w_DV: jax.Array, grad_dtype: Optional[str]) ->
   The backward pass rounds the logits' fp32 cotangent to h's dtype (`grad_dtype` "compute") so
   both its GEMMs (dh = g w^T, dw = h^T g) run in that dtype with fp32 accumulation (the
   original's veRL learner, bf16 params under autocast, runs them in bf16 too, and its logits
-  are bf16 as well; here they stay fp32); with "float32" (or None) they take the fp32 cotangent, which XLA runs as
-  fp32 (TF32 on a GPU) GEMMs (0.33 s of a 7.5 s 1.5B update in an H100 profile)."""
+  are bf16 as well; here they stay fp32); with "float32" (or None) they take the fp32
+  cotangent, which XLA runs as fp32 (TF32 on a GPU) GEMMs (0.33 s of a 7.5 s 1.5B update in an
+  H100 profile)."""
   return jnp.einsum("BCD,DV->BCV", h_BCD, w_DV, preferred_element_type=jnp.float32)
 
 
