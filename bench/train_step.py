@@ -81,8 +81,9 @@ def parse_args(argv=None):
                  help="rl.logprob_positions: the lm_head at the loss tokens only, or everywhere")
   p.add_argument("--logits-grad-dtype", default="compute", choices=("compute", "float32"),
                  help="rl.logits_grad_dtype: the logits' cotangent in the head's backward GEMMs")
-  p.add_argument("--layer-loop", default="scan", choices=("scan", "unrolled"),
-                 help="rl.layer_loop: the layers as a lax.scan or fully unrolled")
+  p.add_argument("--layer-loop", default="scan",
+                 help="rl.layer_loop: scan (a layer an iteration), scan:N (N layers an "
+                      "iteration) or unrolled")
   p.add_argument("--data", type=int, default=-1, help="mesh data axis (-1: all devices)")
   p.add_argument("--tensor", type=int, default=1, help="mesh tensor axis")
   p.add_argument("--peak-tflops", type=float, default=989.0, help="per-device dense peak")
@@ -103,7 +104,13 @@ def parse_args(argv=None):
   p.add_argument("--pack-max-segments", type=int, default=64)
   p.add_argument("--pack-len", type=int, default=0,
                  help="tokens per packed row (rl.pack_len; 0: the padded rows' length)")
-  return p.parse_args(argv)
+  a = p.parse_args(argv)
+  from ssp_jax.rl.step import layer_unroll
+  try:
+    layer_unroll(a.layer_loop)
+  except ValueError as e:
+    p.error(f"--{str(e).replace('_', '-')}")
+  return a
 
 
 def model_config(a) -> models.ModelConfig:
@@ -348,6 +355,9 @@ def run_length_mix(a, cfg, rl, sharder, tx, state_sh) -> dict:
                 f"fill_rate_{name}": toks / computed, f"real_tok_s_{name}": toks / dt,
                 f"mfu_real_{name}": flops / dt / peak,
                 f"mfu_real_policy_{name}": flops_policy / dt / peak, f"loss_{name}": loss})
+  stats = jax.devices()[0].memory_stats() or {}
+  if "peak_bytes_in_use" in stats:   # the allocator's peak over the process (all layouts)
+    out["device_peak_gb"] = round(stats["peak_bytes_in_use"] / 1e9, 2)
   if "packed" in layouts:
     for k in ("fill_rate", "real_tok_s", "mfu_real"):
       out[k] = out[f"{k}_packed"]

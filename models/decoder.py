@@ -27,7 +27,7 @@ would clamp and misplace the write).
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -159,13 +159,15 @@ def _embed(cfg, params, tokens_BT, dtype, sharder):
   return constrain(x_BTD, ("act_batch", "act_len", "act_embed"), sharder)
 
 
-def _scan_layers(body, x, xs, remat: str, unroll: bool = False):
-  """The layers as a `lax.scan` over the stacked params; `unroll`: fully unrolled (straight-line
-  code, static slices, no [L, ...] stacks of saved activations; a longer compile)."""
+def _scan_layers(body, x, xs, remat: str, unroll: Union[bool, int] = False):
+  """The layers as a `lax.scan` over the stacked params. `unroll`: True, fully unrolled
+  (straight-line code, static slices, no [L, ...] stacks of saved activations; a longer
+  compile); an int N, N layers an iteration; False or 1, one."""
   policy = REMAT_POLICIES[remat]
-  if remat != "none":
-    body = jax.checkpoint(body, policy=policy, prevent_cse=False)
-  return jax.lax.scan(body, x, xs, unroll=True if unroll else 1)
+  n = True if unroll is True else max(1, int(unroll))
+  if remat != "none":   # CSE across unrolled layers would merge the backward's recomputation
+    body = jax.checkpoint(body, policy=policy, prevent_cse=n != 1)   # into the forward
+  return jax.lax.scan(body, x, xs, unroll=n)
 
 
 def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
@@ -174,7 +176,7 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
                   dtype=jnp.float32, remat: str = "none", attn_impl: str = "xla",
                   sharder: Optional[Sharder] = None, max_segments: int = 0,
                   attn_chunk: int = 0, frozen_layers: int = 0,
-                  unroll_layers: bool = False) -> jax.Array:
+                  unroll_layers: Union[bool, int] = False) -> jax.Array:
   """Final-norm hidden states [B, T, D] of a full (no cache) forward.
 
   positions_BT: rope positions and causal order (default 0..T-1 per row).
@@ -192,9 +194,10 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
     rows. With "blocked", the query and key block length (0: 128).
   frozen_layers: the first this many layers (and the embedding lookup) get no gradient: their
     output is under stop_gradient, so a backward pass stops there (same forward values).
-  unroll_layers: the layer scan fully unrolled (`_scan_layers`): the same values; XLA sees each
-    layer's weights and saved activations as their own buffers instead of slices of [L, ...]
-    stacks.
+  unroll_layers: True, the layer scan fully unrolled (`_scan_layers`): the same values; XLA sees
+    each layer's weights and saved activations as their own buffers instead of slices of [L, ...]
+    stacks (the checkpoint then prevents CSE, which would merge the recomputation into the
+    forward and keep every activation). An int N: N layers an iteration of the scan.
   """
   B, T = tokens_BT.shape
   if positions_BT is None:

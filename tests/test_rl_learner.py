@@ -247,21 +247,24 @@ def test_config_errors_name_the_field():
     check_rl_config(rl_cfg(compute_dtype="f32"), roles)
   with pytest.raises(RLConfigError, match=r"config\.rl\.update_schedule='solver_first'"):
     check_rl_config(rl_cfg(update_schedule="solver_first"), roles)
-  with pytest.raises(RLConfigError, match=r"config\.rl\.layer_loop='unroll' is unknown; "
-                                          r"known: scan, unrolled"):
-    check_rl_config(rl_cfg(layer_loop="unroll"), roles)
+  for bad in ("unroll", "scan:0", "scan:two"):
+    with pytest.raises(RLConfigError, match=rf"config\.rl\.layer_loop='{bad}' is unknown; use "
+                                            r"'scan', 'scan:N' \(N >= 1 layers an iteration\)"):
+      check_rl_config(rl_cfg(layer_loop=bad), roles)
 
 
 def test_unrolled_layer_loop_gives_the_scans_update():
-  """rl.layer_loop reaches the step: "unrolled" gives the scan's loss and gradient norm."""
+  """rl.layer_loop reaches the step: "unrolled" and "scan:2" give the scan's loss and gradient
+  norm."""
   b = make_batch()
   out = {}
-  for loop in ("scan", "unrolled"):
+  for loop in ("scan", "unrolled", "scan:2"):
     learner = learner_lib.Learner(CFG, rl_cfg(layer_loop=loop, recompute_old_logp=False))
     assert learner.sc.layer_loop == loop
     out[loop] = learner.update(b)[0]
   for k in ("loss", "grad_norm"):
     np.testing.assert_allclose(out["unrolled"][k], out["scan"][k], rtol=1e-4)
+    np.testing.assert_allclose(out["scan:2"][k], out["scan"][k], rtol=1e-4)
 
 
 def test_learners_own_their_compiled_steps():

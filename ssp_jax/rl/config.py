@@ -102,10 +102,11 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
   c.logits_grad_dtype = "compute"  # the fp32 logits' gradient, rounded to compute_dtype before
                                # the output projection's two backward GEMMs (bf16 GEMMs, as in
                                # veRL's bf16 learner); "float32": kept fp32 (fp32/TF32 GEMMs)
-  c.layer_loop = "scan"        # the learner's layers as a lax.scan over the stacked params;
-                               # "unrolled": straight-line code (no [L, ...] stacks of saved
-                               # activations, no per-layer weight slicing in a loop; a longer
-                               # compile). Same values
+  c.layer_loop = "scan"        # the learner's layers as a lax.scan over the stacked params,
+                               # one layer an iteration; "scan:N": N an iteration; "unrolled":
+                               # straight-line code (no [L, ...] stacks, no weight slicing in a
+                               # loop; a longer compile, and about the activation memory of
+                               # remat "none" whatever `remat` says: small models). Same values
   # -- robustness -------------------------------------------------------------------------
   c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips
   c.seed = 0                   # train-state RNG seed
@@ -152,11 +153,16 @@ def _check_choices(c: ml_collections.ConfigDict) -> None:
   choices = {"remat": tuple(REMAT_POLICIES), "kl_type": KL_PENALTIES.names(),
              "loss_agg": LOSS_AGGREGATIONS.names(), "attn_impl": ATTN_IMPLS,
              "update_schedule": UPDATE_SCHEDULES, "logprob_positions": ("loss", "all"),
-             "logits_grad_dtype": ("compute", "float32"), "layer_loop": ("scan", "unrolled")}
+             "logits_grad_dtype": ("compute", "float32")}
   for name, known in choices.items():
     if c.get(name) not in known:
       raise RLConfigError(f"config.rl.{name}={c.get(name)!r} is unknown; known: "
                           f"{', '.join(known)}")
+  from ssp_jax.rl.step import layer_unroll
+  try:
+    layer_unroll(str(c.get("layer_loop", "scan")))
+  except ValueError as e:
+    raise RLConfigError(f"config.rl.{e}") from None
   if c.get("attn_impl") == "cudnn_gqa":
     from models.layers import CUDNN_GQA_REFUSED, cudnn_packed_gqa_ok
     if not cudnn_packed_gqa_ok():

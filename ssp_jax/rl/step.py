@@ -40,6 +40,20 @@ def resolve_attn_impl(impl: str, backend: Optional[str] = None) -> str:
   return {"gpu": "cudnn", "cuda": "cudnn", "cpu": "blocked"}.get(backend, "xla")
 
 
+def layer_unroll(layer_loop: str):
+  """rl.layer_loop as `models.hidden_states`' unroll_layers: "scan" -> 1, "scan:N" -> N,
+  "unrolled" -> True. ValueError names the accepted forms."""
+  if layer_loop == "unrolled":
+    return True
+  if layer_loop == "scan":
+    return 1
+  head, _, n = layer_loop.partition(":")
+  if head == "scan" and n.isdigit() and int(n) >= 1:
+    return int(n)
+  raise ValueError(f"layer_loop={layer_loop!r} is unknown; use 'scan', 'scan:N' (N >= 1 layers "
+                   "an iteration) or 'unrolled'")
+
+
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
   """The static (hashable) knobs of the compiled step, read from the `rl` config."""
@@ -62,7 +76,7 @@ class StepConfig:
   score_loss_tokens: bool = True   # the output projection only at the loss tokens (`score_idx`)
   logits_grad_dtype: str = "compute"   # "compute" or "float32": the logits' cotangent in the
                                        # output projection's backward GEMMs (`head_logits`)
-  layer_loop: str = "scan"     # "scan" or "unrolled" (models.hidden_states unroll_layers)
+  layer_loop: str = "scan"     # "scan", "scan:N" or "unrolled" (`layer_unroll`)
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "StepConfig":
@@ -178,7 +192,7 @@ def sequence_logprobs(cfg: models.ModelConfig, params: Any, tokens_BT: jax.Array
                                segment_ids_BT=segment_ids_BT, positions_BT=positions_BT,
                                max_segments=sc.max_segments if segment_ids_BT is not None else 0,
                                attn_chunk=sc.attn_chunk,
-                               unroll_layers=sc.layer_loop == "unrolled")
+                               unroll_layers=layer_unroll(sc.layer_loop))
   if score_idx_BN is not None:   # token t is scored from the hidden state at t - 1
     t_BN = jnp.maximum(score_idx_BN, 1)
     h_BND = jnp.take_along_axis(h_BTD, (t_BN - 1)[..., None], axis=1)
