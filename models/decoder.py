@@ -166,7 +166,7 @@ def _scan_layers(body, x, xs, remat: str, unroll: Union[bool, int] = False):
   policy = REMAT_POLICIES[remat]
   n = True if unroll is True else max(1, int(unroll))
   if remat != "none":   # CSE across unrolled layers would merge the backward's recomputation
-    body = jax.checkpoint(body, policy=policy, prevent_cse=n != 1)   # into the forward
+    body = jax.checkpoint(body, policy=policy, prevent_cse=n is True or n > 1)   # into the forward
   return jax.lax.scan(body, x, xs, unroll=n)
 
 

@@ -87,9 +87,9 @@ def test_unrolled_layers_give_the_scans_gradients_without_layer_loops(remat):
 @pytest.mark.parametrize("unroll", [True, 2])
 def test_unrolled_layers_still_recompute_under_remat(unroll):
   """Straight-line layers let XLA's CSE merge the backward's recomputation into the forward
-  (then `remat` silently saves every activation); the checkpoint prevents CSE when unrolled.
-  The compiled gradient with remat "full" runs the softmax and SiLU exponentials twice a layer,
-  with "none" once."""
+  (then `remat` silently saves what it should recompute); the checkpoint prevents CSE when
+  unrolled. The compiled gradient with remat "dots_flash" (on the XLA path: the matmuls saved)
+  runs the softmax's and SiLU's exponentials twice a layer, with "none" once."""
   params = models.init_params(CFG, jax.random.PRNGKey(3))
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, CFG.vocab_size, (2, T)), jnp.int32)
 
@@ -98,4 +98,4 @@ def test_unrolled_layers_still_recompute_under_remat(unroll):
                                                 unroll_layers=unroll) ** 2)
     return len(re.findall(r"\bexponential\(", jax.jit(jax.grad(f)).lower(params).compile()
                           .as_text()))
-  assert exps("full") == 2 * exps("none") > 0
+  assert exps("dots_flash") == 2 * exps("none") > 0
