@@ -49,8 +49,9 @@
 #   fq  bench/cudnn_grad_check.py (cuDNN's packed gradients against XLA's; with grouped-query
 #       K/V unrepeated where the JAX wrapper allows it), then, where it does, the 1.5B update
 #       (micro-batch FPM) and the 0.5B ssp_small update with rl.attn_impl cudnn and cudnn_gqa
-#   fu  the 1.5B (micro-batch FPM) and 0.5B updates with the layers as a scan and unrolled
-#       (rl.layer_loop; compile_and_first_s gives the compile), then a profile of the unrolled
+#   fu  the 1.5B (micro-batch FPM) and 0.5B updates with each rl.layer_loop in LOOPS (default
+#       "scan unrolled scan:4"; compile_and_first_s gives the compile, device_peak_gb the
+#       allocator's peak), then a profile of the unrolled
 #   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000), cold, each in its own
 #       process, with each prefill attention in PA: wall and peak memory against weights + KV
 #       (stage a gives the cold and warm walls with the default prefill attention)
@@ -172,11 +173,11 @@ for s in $STAGES; do
       fi ;;
     fu)   # the learner's layers unrolled (rl.layer_loop) against the scan, then a profile
       export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
-      for loop in scan unrolled; do
-        T=${T:-150} run fu_${loop}_1.5b $PY bench/train_step.py --length-mix paper \
+      for loop in ${LOOPS:-scan unrolled scan:4}; do
+        T=${T:-150} run fu_${loop/:/}_1.5b $PY bench/train_step.py --length-mix paper \
           --preset qwen2.5-1.5b --seq 8192 --traj 128 --steps 3 --attn-impl auto \
           --remat dots_flash --micro-batch "${FPM:-4}" --layouts packed --layer-loop $loop
-        T=${T:-150} run fu_${loop}_0.5b $PY bench/train_step.py --length-mix ssp_small \
+        T=${T:-150} run fu_${loop/:/}_0.5b $PY bench/train_step.py --length-mix ssp_small \
           --preset qwen2.5-0.5b --seq 4096 --traj 384 --steps 3 --attn-impl auto \
           --remat dots_flash --micro-batch 8 --pack-len 4096 --layouts packed --layer-loop $loop
       done
