@@ -197,7 +197,7 @@ def hidden_states(cfg: ModelConfig, params: Params, tokens_BT: jax.Array, *,
   unroll_layers: True, the layer scan fully unrolled (`_scan_layers`): the same values; XLA sees
     each layer's weights and saved activations as their own buffers instead of slices of [L, ...]
     stacks (the checkpoint then prevents CSE, which would merge the recomputation into the
-    forward and keep every activation). An int N: N layers an iteration of the scan.
+    forward and keep what the remat policy drops). An int N: N layers an iteration.
   """
   B, T = tokens_BT.shape
   if positions_BT is None:

@@ -105,8 +105,8 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
   c.layer_loop = "scan"        # the learner's layers as a lax.scan over the stacked params,
                                # one layer an iteration; "scan:N": N an iteration; "unrolled":
                                # straight-line code (no [L, ...] stacks, no weight slicing in a
-                               # loop; a longer compile, and about the activation memory of
-                               # remat "none" whatever `remat` says: small models). Same values
+                               # loop; a longer compile and more memory: the 1.5B update 9%
+                               # faster on an H100, docs/rl.md). Same values
   # -- robustness -------------------------------------------------------------------------
   c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips
   c.seed = 0                   # train-state RNG seed
