@@ -12,7 +12,8 @@ in its own venv) and XLA reports the per-chip memory.
 The model shape comes from `--preset`, else `config.model.preset`, else config.json under
 `config.model.path` when the weights are on this host, else the preset that the directory name of
 `config.model.path` names (`.../Qwen2.5-7B-Instruct` -> qwen2.5-7b), so the command above works on
-a CPU host without the 7B weights. Prints one JSON object per program.
+a CPU host without the 7B weights. Prints one JSON object per program. Fields can be overridden
+as in `ssp-jax train` (`--config.rl.layer_loop=scan:2`), to check a setting's fit before a launch.
 
 With `rl.pack` (the default) the train step is compiled in the packed layout: micro-batches of
 rl.micro_batch_size rows of the full row length (rl.pack_len, else the sequence length), with
@@ -36,10 +37,14 @@ from jax.experimental import topologies
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import models
-from ssp_jax.config_loader import load_config_file
+from ssp_jax.config_loader import (ConfigOverrideError, add_config_arguments,
+                                   config_from_args)
+from ssp_jax.config_ranges import RangeError
 from ssp_jax.rl import learner as learner_lib
 from ssp_jax.rl import step as step_lib
 from ssp_jax.rl import train_state as ts
+from ssp_jax.rl.config import check_rl_config
+from ssp_jax.rl.registry import RLConfigError
 
 
 def preset_for_path(path: str) -> str:
@@ -189,7 +194,7 @@ def compile_decode_step(mcfg, cfg, sharder, batch, cache_len):
 
 def build_parser() -> argparse.ArgumentParser:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--config", required=True)
+  add_config_arguments(ap)   # --config PATH[:ARG], and --config.FIELD=VALUE overrides
   ap.add_argument("--topology", default="v5p:4x4x2", help="e.g. v5e:4x4, v5p:4x4x2, v4:2x2x2")
   ap.add_argument("--preset", default="", help="model preset (default: config.model.preset)")
   ap.add_argument("--seq", type=int, default=0, help="train sequence length (default: "
@@ -202,8 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
-  a = build_parser().parse_args(argv)
-  cfg = load_config_file(a.config)
+  a = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+  try:   # the config's rl section checked as `ssp-jax train` does, before minutes of compile
+    cfg = config_from_args(a)
+    roles = cfg.rl.get("roles")
+    check_rl_config(cfg.rl, tuple(roles.keys()) if roles is not None else ())
+  except (ConfigOverrideError, RLConfigError, RangeError) as e:
+    print(f"aot_compile: {e}", file=sys.stderr)
+    raise SystemExit(2) from None
   mcfg = model_config(cfg, a.preset)
   topo = topologies.get_topology_desc(a.topology, "tpu")
   mesh = models.make_mesh(tuple(tuple(x) for x in cfg.mesh.axes), devices=topo.devices)

@@ -78,3 +78,20 @@ def test_decode_step_compiles_with_the_configs_auto_attention():
   sharder = models.Sharder(mesh, tuple(cfg.mesh.rules) or models.DEFAULT_RULES)
   report = aot.compile_decode_step(mcfg, cfg, sharder, 4, 64)
   assert report["decode_attention"] == "einsum"
+
+
+def test_overrides_reach_the_config_and_bad_ones_stop_before_the_compile(capsys):
+  """`--config.FIELD=VALUE` as in `ssp-jax train`: a setting's fit can be checked before a
+  launch; a mistyped field or a bad value is one line and exit code 2, before any compile."""
+  from ssp_jax.config_loader import config_from_args
+  aot = _aot()
+  cfg_path = os.path.join(ROOT, "configs", "ssp_qwen2_5_7b_instruct.py")
+  args = aot.build_parser().parse_args(["--config", cfg_path, "--config.rl.layer_loop=scan:2"])
+  assert config_from_args(args).rl.layer_loop == "scan:2"
+  for bad, said in (("--config.rl.layer_lop=scan", "layer_lop"),
+                    ("--config.rl.layer_loop=scan:0", "layer_loop='scan:0' is unknown")):
+    with pytest.raises(SystemExit) as e:
+      aot.main(["--config", cfg_path, bad])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("aot_compile: ") and said in err and len(err.strip().splitlines()) == 1
