@@ -152,7 +152,8 @@ def compile_train_step(mcfg, cfg, sharder, seq, length_mix=""):
   return memory_report("train_step", compiled, {
       "layout": "packed" if packed else "padded", "micro_batch": m, "micro_batches": K,
       "seq": seq, "trajectories": per_update, "remat": rl.remat,
-      "param_dtype": rl.param_dtype, "compute_dtype": rl.compute_dtype, "kl_ref": with_ref,
+      "layer_loop": rl.get("layer_loop", "scan"), "param_dtype": rl.param_dtype,
+      "compute_dtype": rl.compute_dtype, "kl_ref": with_ref,
       **extra})
 
 
