@@ -176,3 +176,30 @@ def test_bad_decode_attention_names_the_field_and_layout(model):
   with pytest.raises(ValueError, match=r"rollout.decode_attention='pallas_jax'.*dense"):
     _engine(model, None, kv_layout="dense", decode_attention="pallas_jax")
   assert _engine(model, None, kv_layout="paged", decode_attention="einsum").cfg.kv_layout == "paged"
+
+
+def test_step_totals_sum_a_steps_calls_into_rollout_metrics(model, tags):
+  """The `rollout/*` metrics a game logs (rollout/stats.py StepTotals) from a dense and a paged
+  call: the tokens the trajectories hold, the decode steps, and the paged call's pool use."""
+  from ssp_jax.rollout.stats import StepTotals
+  cfg, params, tok = model
+  open_, close = tags
+  kw = dict(search_open=open_, search_close=close, max_searches=3)
+  run = lambda **x: _engine(model, SmallBM25Retriever(), **kw, **x).generate(
+      params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=100, stop=[close])
+  dense, ds = run()
+  paged, ps = run(kv_layout="paged", decode_attention="gather", page_size=8)
+  totals = StepTotals()
+  totals.add(ds)
+  totals.add(ps)
+  m = totals.metrics()
+  assert m["rollout/calls"] == 2
+  assert m["rollout/policy_tokens"] == sum(sum(t.loss_mask) for t in dense + paged) > 0
+  assert m["rollout/decode_steps"] == ds["decode_steps"] + ps["decode_steps"] > 0
+  assert m["rollout/decode_ms_per_step"] == pytest.approx(
+      1000 * (ds["decode_s"] + ps["decode_s"]) / m["rollout/decode_steps"])
+  assert 0 < m["rollout/occupancy"] <= 1
+  assert m["rollout/kv_pool_use"] == ps["kv_pages_peak"] / ps["kv_pool_pages"]
+  assert 0 < m["rollout/kv_pool_use"] <= 1 and "kv_pool_pages" not in ds
+  totals.clear()
+  assert totals.metrics() == {}

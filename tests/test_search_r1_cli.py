@@ -102,7 +102,9 @@ def sample_ids(workdir, step):
 REQUIRED = ("solver/reward_mean", "solver/solve_rate_mean", "solver/searches_mean",
             "solver/response_len", "solver/all_same_rate", "search/failed_rate",
             "time/rollout", "time/retrieval", "time/update", "time/step", "loss",
-            "learner/updates_total", "compile/count", "time/compile")
+            "learner/updates_total", "compile/count", "time/compile",
+            "rollout/calls", "rollout/policy_tokens", "rollout/decode_ms_per_step",
+            "rollout/occupancy")
 
 
 def test_train_eval_resume_and_plot(assets, tmp_path, capsys):

@@ -56,7 +56,9 @@ def read_metrics(workdir):
 
 REQUIRED = ("step", "proposer/valid_rate", "proposer/rag_pass_rate", "proposer/reward_mean",
             "solver/reward_mean", "solver/searches_mean", "loss", "kl", "entropy", "grad_norm",
-            "time/rollout", "time/retrieval", "time/update", "search/failed_rate")
+            "time/rollout", "time/retrieval", "time/update", "search/failed_rate",
+            "rollout/calls", "rollout/policy_tokens", "rollout/decode_ms_per_step",
+            "rollout/occupancy")
 
 
 def check_outputs(workdir, steps):
@@ -66,6 +68,8 @@ def check_outputs(workdir, steps):
     missing = [k for k in REQUIRED if k not in r]
     assert not missing, missing
     assert all(isinstance(r[k], (int, float)) for k in REQUIRED)
+    assert r["rollout/policy_tokens"] > 0 and 0 < r["rollout/occupancy"] <= 1
+    assert r["rollout/calls"] >= 2   # the proposer's and the solver's rollouts
   for s in range(1, steps + 1):
     with open(os.path.join(workdir, "samples", f"samples_{s}.jsonl")) as f:
       recs = [json.loads(l) for l in f]

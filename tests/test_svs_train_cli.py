@@ -48,7 +48,9 @@ def read_metrics(workdir):
 
 REQUIRED = ("step", "oqa/accuracy", "oqa/under_performing", "oqa/none_correct_rate",
             "svs/skipped", "svs/skipped_total", "loss", "updates", "time/rollout", "time/step",
-            "learner/updates_total", "data/epoch")
+            "learner/updates_total", "data/epoch",
+            "rollout/calls", "rollout/policy_tokens", "rollout/decode_ms_per_step",
+            "rollout/occupancy")
 
 
 def saved_extra(workdir, step):

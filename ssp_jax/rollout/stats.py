@@ -63,3 +63,50 @@ def summary(stats: collections.Counter) -> dict:
   if out.get("kv_used_slot_steps"):
     out["kv_read_over_used"] = out["kv_read_slot_steps"] / out["kv_used_slot_steps"]
   return out
+
+
+class StepTotals:
+  """A step's `generate` calls summed into the `rollout/*` metrics a game logs (docs/training.md):
+  the decode step's time, how full the slots were, the paged pool's use and preemptions, so a
+  run's metrics.jsonl shows whether its rollouts run at the engine's speed and whether
+  `rollout.kv_max_tokens` (the pool) is sized to what the calls used."""
+
+  SUMS = ("decode_s", "prefill_s", "decode_steps", "slot_steps", "policy_tokens", "preemptions",
+          "compiles")
+
+  def __init__(self):
+    self.sums: collections.Counter = collections.Counter()
+    self.pool_use: float | None = None
+
+  def clear(self) -> None:
+    self.sums.clear()
+    self.pool_use = None
+
+  def add(self, stats: dict) -> None:
+    """One call's stats (a `summary`; missing counters count as 0)."""
+    self.sums["calls"] += 1
+    for k in self.SUMS:
+      self.sums[k] += stats.get(k, 0)
+    if stats.get("kv_pool_pages"):   # paged: the peak pages in use over the pool's pages
+      use = float(stats.get("kv_pages_peak", 0)) / float(stats["kv_pool_pages"])
+      self.pool_use = max(self.pool_use or 0.0, use)
+
+  def metrics(self) -> dict[str, float]:
+    """rollout/{calls, policy_tokens, decode_steps, preemptions, compiles} (sums),
+    decode_ms_per_step and decode_tok_per_s (decode time only), occupancy (tokens made per
+    slot-step), prefill_s, and kv_pool_use (the largest share of its pool a paged call held;
+    paged layout only). {} when no call ran."""
+    s = self.sums
+    if not s["calls"]:
+      return {}
+    out = {f"rollout/{k}": float(s[k])
+           for k in ("calls", "policy_tokens", "decode_steps", "preemptions", "compiles")}
+    out["rollout/prefill_s"] = float(s["prefill_s"])
+    if s["decode_steps"]:
+      out["rollout/decode_ms_per_step"] = 1000.0 * s["decode_s"] / s["decode_steps"]
+      out["rollout/occupancy"] = s["policy_tokens"] / max(s["slot_steps"], 1)
+    if s["decode_s"] > 0:
+      out["rollout/decode_tok_per_s"] = s["policy_tokens"] / s["decode_s"]
+    if self.pool_use is not None:
+      out["rollout/kv_pool_use"] = self.pool_use
+    return out

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from ssp_jax.eval.prompts import SOLVER_STOPS
+from ssp_jax.rollout import stats as rstats
 from ssp_jax.run.game import StepOutput
 from ssp_jax.search_r1.data import Question, QuestionOrder
 from ssp_jax.ssp import prompts, rewards
@@ -43,6 +44,7 @@ class SearchR1Game:
     self.engine, self.questions, self.judge = engine, list(questions), judge
     self.order = QuestionOrder(len(self.questions), int(cfg.batch_size), int(cfg.seed))
     self.timings: collections.Counter = collections.Counter()
+    self.rollout_totals = rstats.StepTotals()   # this step's rollouts -> rollout/* metrics
 
   def questions_of(self, step: int) -> list[Question]:
     return [self.questions[i] for i in self.order.indices(step)]
@@ -57,12 +59,14 @@ class SearchR1Game:
                                         max_new_tokens=self.cfg.max_new_tokens or None)
     self.timings["rollout"] += time.perf_counter() - t0   # includes the retrieval time
     self.timings["retrieval"] += float(stats.get("search_s", 0.0))
+    self.rollout_totals.add(stats)
     return trajs
 
   def play(self, params, step: int, key, frozen_params=None) -> StepOutput:
     """One step with the policy `params` (`frozen_params` is unused: there is no opponent)."""
     del frozen_params
     self.timings.clear()
+    self.rollout_totals.clear()
     t_start = time.perf_counter()
     if self.judge is not None:
       if hasattr(self.judge.generator, "set_step"):
@@ -114,6 +118,7 @@ class SearchR1Game:
     if self.judge is not None:
       m.update({f"judge/{k}": float(v) for k, v in self.judge.counts.items()})
     m.update({f"time/{k}": v for k, v in self.timings.items()})
+    m.update(self.rollout_totals.metrics())
     return m
 
   def _samples(self, questions, trajs, r, preds, step: int) -> list[dict]:

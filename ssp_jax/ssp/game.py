@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from ssp_jax.eval.prompts import SOLVER_STOPS
+from ssp_jax.rollout import stats as rstats
 from ssp_jax.run.game import StepOutput
 from ssp_jax.ssp import filters, prompts, rag, replay, rewards
 from ssp_jax.ssp.answers import AnswerItem
@@ -94,6 +95,7 @@ class SSPGame:
         reset_every=0 if fill.strategy == "full_reuse" else fill.reset_every,
         max_solve_rate=fill.max_solve_rate, capacity=fill.capacity)
     self.timings: collections.Counter = collections.Counter()
+    self.rollout_totals = rstats.StepTotals()   # this step's rollouts -> rollout/* metrics
     self.rag_truncated = 0.0     # share of the last verification's prompts that were cut
 
   # -- rollouts -------------------------------------------------------------------------------
@@ -104,6 +106,7 @@ class SSPGame:
                                       max_new_tokens=max_new_tokens or None)
     self.timings["rollout"] += time.perf_counter() - t0   # includes the retrieval time
     self.timings["retrieval"] += float(stats.get("search_s", 0.0))
+    self.rollout_totals.add(stats)
     return out
 
   def sample_answers(self, step: int, round_: int = 0) -> list[AnswerItem]:
@@ -185,6 +188,7 @@ class SSPGame:
   def play(self, params, step: int, key, frozen_params=None) -> StepOutput:
     """One SSP step with the policy `params` (and `frozen_params` for a fixed opponent)."""
     self.timings.clear()
+    self.rollout_totals.clear()
     t_start = time.perf_counter()
     for gen in (self.verifier, getattr(self.judge, "generator", None)):
       if hasattr(gen, "set_step"):
@@ -294,6 +298,7 @@ class SSPGame:
     reasons = collections.Counter(p.reason for p in proposals if p.reason)
     m.update({f"proposer/reject/{k}": v / n for k, v in reasons.items()})
     m.update({f"time/{k}": v for k, v in self.timings.items()})
+    m.update(self.rollout_totals.metrics())
     return m
 
   def _samples(self, proposals, problems, solver_trajs, solver_r, rates, step) -> list[dict]:

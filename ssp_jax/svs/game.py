@@ -41,6 +41,7 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
+from ssp_jax.rollout import stats as rstats
 from ssp_jax.run.game import StepOutput
 from ssp_jax.svs import math_grader, prompts
 from ssp_jax.svs.data import MathProblem, ProblemIterator
@@ -131,12 +132,14 @@ class SvSGame:
     self.skipped_total = 0
     self.grader = GradePool.from_config(svs_cfg)
     self.timings: collections.Counter = collections.Counter()
+    self.rollout_totals = rstats.StepTotals()   # this step's rollouts -> rollout/* metrics
     self.grade_counts: collections.Counter = collections.Counter()   # this step's, see _counters
 
   def _counters(self) -> dict[str, float]:
     """time/* of this step's phases and grade/* of its grading: answers over the grading budget
     (`timeouts`, scored 0), refused by the guards, hedges, grading workers replaced."""
     out = {f"time/{k}": v for k, v in self.timings.items()}
+    out.update(self.rollout_totals.metrics())
     out.update({f"grade/{k}": float(self.grade_counts[k])
                 for k in ("timeouts", "refused", "hedge", "worker_restarts")})
     return out
@@ -153,10 +156,11 @@ class SvSGame:
     if not messages:
       return []
     t0 = time.perf_counter()
-    out, _ = self.engine.generate(params, messages, key, stop=(), use_search=False,
-                                  temperature=self.cfg.temperature,
-                                  max_new_tokens=max_new_tokens or None)
+    out, stats = self.engine.generate(params, messages, key, stop=(), use_search=False,
+                                      temperature=self.cfg.temperature,
+                                      max_new_tokens=max_new_tokens or None)
     self.timings["rollout"] += time.perf_counter() - t0
+    self.rollout_totals.add(stats)
     return out
 
   def _grade(self, trajs: Sequence[Trajectory], answers: Sequence[str]) -> list[float]:
@@ -209,6 +213,7 @@ class SvSGame:
     interface of `SSPGame.play`; SvS has no fixed opponent)."""
     del frozen_params
     self.timings.clear()
+    self.rollout_totals.clear()
     self.grade_counts.clear()
     t_start = time.perf_counter()
     c = self.cfg
