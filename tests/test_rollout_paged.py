@@ -196,8 +196,9 @@ def test_step_totals_sum_a_steps_calls_into_rollout_metrics(model, tags):
   assert m["rollout/calls"] == 2
   assert m["rollout/policy_tokens"] == sum(sum(t.loss_mask) for t in dense + paged) > 0
   assert m["rollout/decode_steps"] == ds["decode_steps"] + ps["decode_steps"] > 0
-  assert m["rollout/decode_ms_per_step"] == pytest.approx(
-      1000 * (ds["decode_s"] + ps["decode_s"]) / m["rollout/decode_steps"])
+  assert m["time/rollout_decode"] == pytest.approx(ds["decode_s"] + ps["decode_s"])
+  assert m["perf/decode_ms_per_step"] == pytest.approx(
+      1000 * m["time/rollout_decode"] / m["rollout/decode_steps"])
   assert 0 < m["rollout/occupancy"] <= 1
   assert m["rollout/kv_pool_use"] == ps["kv_pages_peak"] / ps["kv_pool_pages"]
   assert 0 < m["rollout/kv_pool_use"] <= 1 and "kv_pool_pages" not in ds

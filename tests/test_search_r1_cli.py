@@ -103,8 +103,8 @@ REQUIRED = ("solver/reward_mean", "solver/solve_rate_mean", "solver/searches_mea
             "solver/response_len", "solver/all_same_rate", "search/failed_rate",
             "time/rollout", "time/retrieval", "time/update", "time/step", "loss",
             "learner/updates_total", "compile/count", "time/compile",
-            "rollout/calls", "rollout/policy_tokens", "rollout/decode_ms_per_step",
-            "rollout/occupancy")
+            "rollout/calls", "rollout/policy_tokens", "perf/decode_ms_per_step",
+            "rollout/occupancy", "time/rollout_decode")
 
 
 def test_train_eval_resume_and_plot(assets, tmp_path, capsys):

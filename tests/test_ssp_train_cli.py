@@ -57,8 +57,8 @@ def read_metrics(workdir):
 REQUIRED = ("step", "proposer/valid_rate", "proposer/rag_pass_rate", "proposer/reward_mean",
             "solver/reward_mean", "solver/searches_mean", "loss", "kl", "entropy", "grad_norm",
             "time/rollout", "time/retrieval", "time/update", "search/failed_rate",
-            "rollout/calls", "rollout/policy_tokens", "rollout/decode_ms_per_step",
-            "rollout/occupancy")
+            "rollout/calls", "rollout/policy_tokens", "perf/decode_ms_per_step",
+            "rollout/occupancy", "time/rollout_decode")
 
 
 def check_outputs(workdir, steps):

@@ -49,8 +49,8 @@ def read_metrics(workdir):
 REQUIRED = ("step", "oqa/accuracy", "oqa/under_performing", "oqa/none_correct_rate",
             "svs/skipped", "svs/skipped_total", "loss", "updates", "time/rollout", "time/step",
             "learner/updates_total", "data/epoch",
-            "rollout/calls", "rollout/policy_tokens", "rollout/decode_ms_per_step",
-            "rollout/occupancy")
+            "rollout/calls", "rollout/policy_tokens", "perf/decode_ms_per_step",
+            "rollout/occupancy", "time/rollout_decode")
 
 
 def saved_extra(workdir, step):

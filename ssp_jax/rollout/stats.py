@@ -71,8 +71,7 @@ class StepTotals:
   run's metrics.jsonl shows whether its rollouts run at the engine's speed and whether
   `rollout.kv_max_tokens` (the pool) is sized to what the calls used."""
 
-  SUMS = ("decode_s", "prefill_s", "decode_steps", "slot_steps", "policy_tokens", "preemptions",
-          "compiles")
+  SUMS = ("decode_s", "prefill_s", "decode_steps", "slot_steps", "policy_tokens", "preemptions")
 
   def __init__(self):
     self.sums: collections.Counter = collections.Counter()
@@ -92,21 +91,23 @@ class StepTotals:
       self.pool_use = max(self.pool_use or 0.0, use)
 
   def metrics(self) -> dict[str, float]:
-    """rollout/{calls, policy_tokens, decode_steps, preemptions, compiles} (sums),
-    decode_ms_per_step and decode_tok_per_s (decode time only), occupancy (tokens made per
-    slot-step), prefill_s, and kv_pool_use (the largest share of its pool a paged call held;
-    paged layout only). {} when no call ran."""
+    """What the calls did, the same on every machine for a seeded run: rollout/{calls,
+    policy_tokens, decode_steps, preemptions} (sums), rollout/occupancy (tokens made per
+    slot-step) and rollout/kv_pool_use (the largest share of its pool a paged call held; paged
+    layout only). How fast: time/{rollout_prefill, rollout_decode} (seconds) and
+    perf/{decode_ms_per_step, decode_tok_per_s} (decode time only). {} when no call ran."""
     s = self.sums
     if not s["calls"]:
       return {}
     out = {f"rollout/{k}": float(s[k])
-           for k in ("calls", "policy_tokens", "decode_steps", "preemptions", "compiles")}
-    out["rollout/prefill_s"] = float(s["prefill_s"])
+           for k in ("calls", "policy_tokens", "decode_steps", "preemptions")}
+    out["time/rollout_prefill"] = float(s["prefill_s"])
+    out["time/rollout_decode"] = float(s["decode_s"])
     if s["decode_steps"]:
-      out["rollout/decode_ms_per_step"] = 1000.0 * s["decode_s"] / s["decode_steps"]
       out["rollout/occupancy"] = s["policy_tokens"] / max(s["slot_steps"], 1)
+      out["perf/decode_ms_per_step"] = 1000.0 * s["decode_s"] / s["decode_steps"]
     if s["decode_s"] > 0:
-      out["rollout/decode_tok_per_s"] = s["policy_tokens"] / s["decode_s"]
+      out["perf/decode_tok_per_s"] = s["policy_tokens"] / s["decode_s"]
     if self.pool_use is not None:
       out["rollout/kv_pool_use"] = self.pool_use
     return out
