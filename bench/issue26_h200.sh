@@ -52,6 +52,8 @@
 #   fu  the 1.5B (micro-batch FPM) and 0.5B updates with each rl.layer_loop in LOOPS (default
 #       "scan unrolled scan:4"; compile_and_first_s gives the compile, device_peak_gb the
 #       allocator's peak), then a profile of the unrolled
+#   ac  a's shape with the pool capped near what the call holds (CAPS, default "800000 700000"
+#       tokens): the peak against weights + KV in use, the cold (warm-up) and warm walls
 #   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000), cold, each in its own
 #       process, with each prefill attention in PA: wall and peak memory against weights + KV
 #       (stage a gives the cold and warm walls with the default prefill attention)
@@ -120,6 +122,12 @@ for s in $STAGES; do
         T=${T:-330} run a_paged_8192_cap1m_ahead$ca $B --presets qwen2.5-0.5b --kv-layout paged \
           --no-single --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 \
           --repeats 1 --kv-max-tokens 1000000 --compile-ahead $ca
+      done ;;
+    ac)
+      for cap in ${CAPS:-800000 700000}; do
+        T=${T:-200} run ac_cap$cap $B --presets qwen2.5-0.5b --kv-layout paged --no-single \
+          --multiturn --mt-prompts-per-slot 1 --mt-max-new 8192 --mt-max-obs 512 --repeats 1 \
+          --kv-max-tokens $cap
       done ;;
     dp)
       run dp_pallas $B --presets qwen2.5-0.5b --decode-attention pallas --profile "$PROF/dp"
