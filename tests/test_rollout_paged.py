@@ -132,6 +132,16 @@ def assert_same_trajectories(want, got, atol=2e-4):
     np.testing.assert_allclose(g.logprobs, w.logprobs, atol=atol)
 
 
+def _greedy_search_run(model, tags, **rollout_kw):
+  """PROMPTS rolled out greedily with search (up to 3 a row): (trajectories, stats)."""
+  params = model[1]
+  open_, close = tags
+  eng = _engine(model, SmallBM25Retriever(), search_open=open_, search_close=close,
+                max_searches=3, **rollout_kw)
+  return eng.generate(params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=100,
+                      stop=[close])
+
+
 @pytest.mark.parametrize("paged_kw", [dict(page_size=8),
                                       dict(page_size=4, kv_max_tokens=160),
                                       dict(page_size=4, kv_pool="grow"),
@@ -142,13 +152,9 @@ def assert_same_trajectories(want, got, atol=2e-4):
                               "pallas_interpret", "pallas_rope_interpret",
                               "pallas_jax_interpret"])
 def test_multiturn_greedy_paged_equals_dense(model, tags, paged_kw):
-  cfg, params, tok = model
-  open_, close = tags
-  kw = dict(search_open=open_, search_close=close, max_searches=3)
-  run = lambda **x: _engine(model, SmallBM25Retriever(), **kw, **x).generate(
-      params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=100, stop=[close])
-  dense, _ = run()
-  paged, stats = run(kv_layout="paged", **{"decode_attention": "gather", **paged_kw})
+  dense, _ = _greedy_search_run(model, tags)
+  paged, stats = _greedy_search_run(model, tags, kv_layout="paged",
+                                    **{"decode_attention": "gather", **paged_kw})
   assert sum(t.num_searches for t in dense) >= 1
   assert_same_trajectories(dense, paged)
   if paged_kw.get("decode_attention", "").startswith("pallas"):   # reads each row's own slots
@@ -182,13 +188,9 @@ def test_step_totals_sum_a_steps_calls_into_rollout_metrics(model, tags):
   """The `rollout/*` metrics a game logs (rollout/stats.py StepTotals) from a dense and a paged
   call: the tokens the trajectories hold, the decode steps, and the paged call's pool use."""
   from ssp_jax.rollout.stats import StepTotals
-  cfg, params, tok = model
-  open_, close = tags
-  kw = dict(search_open=open_, search_close=close, max_searches=3)
-  run = lambda **x: _engine(model, SmallBM25Retriever(), **kw, **x).generate(
-      params, PROMPTS, jax.random.key(0), temperature=0.0, max_new_tokens=100, stop=[close])
-  dense, ds = run()
-  paged, ps = run(kv_layout="paged", decode_attention="gather", page_size=8)
+  dense, ds = _greedy_search_run(model, tags)
+  paged, ps = _greedy_search_run(model, tags, kv_layout="paged", decode_attention="gather",
+                                 page_size=8)
   totals = StepTotals()
   totals.add(ds)
   totals.add(ps)
