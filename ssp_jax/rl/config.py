@@ -105,7 +105,7 @@ def get_rl_config(roles: Optional[dict[str, str]] = None) -> ml_collections.Conf
   c.layer_loop = "scan"        # the learner's layers as a lax.scan over the stacked params,
                                # one layer an iteration; "scan:N": N an iteration; "unrolled":
                                # straight-line code (no [L, ...] stacks, no weight slicing in a
-                               # loop; a longer compile and more memory: the 1.5B update 9%
+                               # loop; a longer compile: the 1.5B and 0.5B updates 7-12%
                                # faster on an H100, docs/rl.md). Same values
   # -- robustness -------------------------------------------------------------------------
   c.max_nonfinite_steps = 5    # stop (after a checkpoint) after this many consecutive skips
