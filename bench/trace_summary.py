@@ -10,7 +10,8 @@ last end), `idle_frac` (1 - busy / span: gaps between kernels, e.g. launch overh
 `top` event names by total time with their count and mean microseconds, and `by_class`: the
 milliseconds of all the track's events by kind, from their names (`attention`: cuDNN or Pallas
 attention, `gemm`: cuBLAS / cuBLASLt / Triton GEMMs, `copy`: memcpy / memset / copies and
-transposes, `reduce`: XLA reduction fusions, `other`: every other fusion or op). Names are
+transposes, `reduce`: XLA reduction fusions, `other`: every other fusion or op), and `gaps`: the idle time
+by gap length and the kernel pairs around the long gaps (`gaps()`). Names are
 grouped after stripping a trailing `.N` / `_N` instance number, so `fusion.12` and `fusion.97`
 add up.
 
@@ -109,6 +110,38 @@ def by_op(events: list[dict], pattern: str, top: int,
   return rows
 
 
+GAP_EDGES_US = (2.0, 5.0, 10.0, 50.0, 200.0)
+
+
+def gaps(evs: list[dict], top: int) -> dict:
+  """The idle time between a track's events: how it splits by gap length (`by_us`: count and
+  milliseconds of gaps under 2, 5, 10, 50, 200 us and longer), and the `top` (previous kernel,
+  next kernel) pairs by milliseconds of gaps of 10 us or more (where the device waited for the
+  host: e.g. a loop's predicate copied back each iteration, or a launch after a sync)."""
+  iv = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"]), _group(e["name"])) for e in evs)
+  hist = collections.defaultdict(lambda: [0, 0.0])
+  pairs = collections.defaultdict(lambda: [0, 0.0])
+  end, prev = float("-inf"), ""
+  for a, b, name in iv:
+    if end > float("-inf") and a > end:
+      g = a - end
+      edge = next((e for e in GAP_EDGES_US if g < e), None)
+      key = f"<{edge:g}" if edge is not None else f">={GAP_EDGES_US[-1]:g}"
+      hist[key][0] += 1
+      hist[key][1] += g
+      if g >= 10.0:
+        pairs[(prev, name)][0] += 1
+        pairs[(prev, name)][1] += g
+    if b >= end:
+      end, prev = b, name
+  order = [f"<{e:g}" for e in GAP_EDGES_US] + [f">={GAP_EDGES_US[-1]:g}"]
+  return {"by_us": {k: {"count": hist[k][0], "ms": round(hist[k][1] / 1e3, 3)}
+                    for k in order if k in hist},
+          "top_pairs": [{"after": a, "before": b, "count": c, "ms": round(t / 1e3, 3),
+                         "mean_us": round(t / c, 2)}
+                        for (a, b), (c, t) in sorted(pairs.items(), key=lambda kv: -kv[1][1])[:top]]}
+
+
 def summarize(events: list[dict], match: str, top: int, op_pattern: str = "",
               hlo: dict[str, dict] | None = None) -> list[dict]:
   procs, threads = {}, {}
@@ -145,7 +178,8 @@ def summarize(events: list[dict], match: str, top: int, op_pattern: str = "",
                          "mean_us": round(t / c, 2), "frac_of_busy": round(t / busy, 4)}
                         for n, (t, c) in rows],
                 "by_class": {k: round(v / 1e3, 3)
-                             for k, v in sorted(classes.items(), key=lambda kv: -kv[1])}})
+                             for k, v in sorted(classes.items(), key=lambda kv: -kv[1])},
+                "gaps": gaps(evs, min(top, 10))})
     if op_pattern:
       out[-1]["by_op"] = by_op(evs, op_pattern, top, hlo)
   return out

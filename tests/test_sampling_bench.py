@@ -123,6 +123,21 @@ def test_profile_writes_a_trace_that_trace_summary_reads(tmp_path):
   assert empty.returncode == 2 and "no *.trace.json.gz" in empty.stderr
 
 
+def test_trace_gaps_split_by_length_and_name_the_kernels_around_long_ones():
+  sys.path.insert(0, os.path.join(ROOT, "bench"))
+  import trace_summary
+  ev = lambda ts, dur, name: {"ts": ts, "dur": dur, "name": name}
+  evs = [ev(0, 5, "gemm.1"), ev(6, 2, "fusion.3"), ev(7, 30, "attn"),   # nested: no gap
+         ev(40, 1, "fusion.9"), ev(41, 1, "while_cond"), ev(101, 4, "gemm.2"),
+         ev(350, 1, "gemm.7")]
+  g = trace_summary.gaps(evs, top=5)
+  assert g["by_us"] == {"<2": {"count": 1, "ms": 0.001}, "<5": {"count": 1, "ms": 0.003},
+                        "<200": {"count": 1, "ms": 0.059}, ">=200": {"count": 1, "ms": 0.245}}
+  # gaps of 10 us or more, longest total first, named by the kernels' grouped names
+  assert [(r["after"], r["before"], r["count"], r["mean_us"]) for r in g["top_pairs"]] == [
+      ("gemm", "gemm", 1, 245.0), ("while_cond", "gemm", 1, 59.0)]
+
+
 def test_issue14_script_rejects_an_unknown_stage(tmp_path):
   """bench/issue14_h200.sh (the GPU measurements, run by hand on an H200) parses, and a stage it
   does not know is an error naming the stages, before anything runs."""
