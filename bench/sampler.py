@@ -57,6 +57,7 @@ from ssp_jax import sampling as S
 
 ATTN = "einsum"   # --decode-attention (dense layout)
 PAGED_ATTN = "gather"   # --paged-attention (paged layout)
+UNROLL = 1   # --decode-unroll: decode steps per while-loop iteration
 TINY = ModelConfig(model_type="qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 
@@ -97,7 +98,7 @@ def _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout):
   st, out = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
                      jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(1),
                      num_steps=N, sampling=S.SamplingParams(1.0), dtype=dtype,
-                     attn_impl=attn)
+                     attn_impl=attn, unroll=UNROLL)
   count = int(jax.device_get(out.count_B).sum())
   t2 = time.perf_counter()
   return count, t1 - t0, t2 - t1
@@ -112,7 +113,8 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
           for _ in range(repeats)]
   count, pre, dec = min(runs, key=lambda r: r[2])
   assert count == B * N, (count, B * N)
-  _profiled(f"single_{name}_b{B}_p{P}_{layout}_{ATTN if layout == 'dense' else PAGED_ATTN}",
+  _profiled(f"single_{name}_b{B}_p{P}_{layout}_{ATTN if layout == 'dense' else PAGED_ATTN}"
+            + (f"_u{UNROLL}" if UNROLL > 1 else ""),
             lambda: _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout))
   return {"bench": "sampler_single_turn", "model": name, "batch": B, "prompt_len": P,
           "new_tokens": N, "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
@@ -120,7 +122,7 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
           "decode_tok_s": round(count / dec, 1), "e2e_tok_s": round(count / (pre + dec), 1),
           "ms_per_step": round(1000 * dec / N, 3), "kv_layout": layout, "fused_proj": FUSE,
           "prng": jax.config.jax_default_prng_impl,
-          "decode_attention": ATTN if layout == "dense" else PAGED_ATTN}
+          "decode_attention": ATTN if layout == "dense" else PAGED_ATTN, "decode_unroll": UNROLL}
 
 
 class SyntheticTokenizer:
@@ -159,6 +161,7 @@ def _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens):
     rc.tail_min_batch = TAIL_MIN_BATCH
   rc.compile_ahead = COMPILE_AHEAD
   rc.prefill_attention = PREFILL_ATTN
+  rc.decode_unroll = UNROLL
   return RolloutEngine(cfg, SyntheticTokenizer(cfg.vocab_size), rc, SmallBM25Retriever())
 
 
@@ -243,6 +246,7 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
           "prompt_len": P, "max_response_tokens": max_new, "max_obs_tokens": max_obs,
           "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "kv_layout": layout, "decode_attention": eng.cfg.decode_attention,
+          "decode_unroll": UNROLL,
           "prefill_attention": eng.cfg.get("prefill_attention", "xla"), **res,
           **prefill_rates(cfg, res["engine_stats"]),
           "single_turn_decode_tok_s": single_tok_s,
@@ -448,6 +452,9 @@ def main(argv=None) -> int:
   p.add_argument("--decode-attention", default="einsum",
                  help="dense layout: reduce | einsum | cudnn | xla | pallas | pallas_rope (RoPE "
                  "in the kernel); a comma list compares them")
+  p.add_argument("--decode-unroll", default="1",
+                 help="decode steps per while-loop iteration (rollout.decode_unroll); a comma "
+                      "list compares them")
   p.add_argument("--kv-layout", default="dense", help="dense | paged; a comma list compares them")
   p.add_argument("--paged-attention", default=None,
                  help="paged layout: gather | pallas (fused, sampling/paged_pallas.py) | "
@@ -485,10 +492,18 @@ def main(argv=None) -> int:
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
   global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE, COMPILE_AHEAD, PREFILL_ATTN
+  global UNROLL
   WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE = a.warmup, a.profile, a.tail_min_batch, a.fuse
   COMPILE_AHEAD, PREFILL_ATTN = a.compile_ahead, a.prefill_attention
   if a.prng:
     jax.config.update("jax_default_prng_impl", a.prng)
+  try:
+    unrolls = [int(u) for u in a.decode_unroll.split(",")]
+  except ValueError:
+    unrolls = [0]
+  if min(unrolls) < 1:
+    p.error(f"--decode-unroll {a.decode_unroll!r}: decode steps per loop iteration, integers "
+            f">= 1 (a comma list compares them)")
   paged_impls = (a.paged_attention
                  or ("pallas" if jax.default_backend() == "gpu" else "gather")).split(",")
   PAGED_ATTN = paged_impls[0]
@@ -528,19 +543,21 @@ def main(argv=None) -> int:
             ATTN = impl
           else:
             PAGED_ATTN = impl
-          single = None
-          if a.single or a.multiturn:
-            single = single_turn(name, cfg, B, a.prompt_len, a.new_tokens, dtype, a.repeats, lay)
-            if tunix_tok_s:
-              single.update(tunix_tok_s=tunix_tok_s,
-                            vs_tunix=round(single["e2e_tok_s"] / tunix_tok_s, 3),
-                            vs_tunix_decode=round(single["decode_tok_s"] / tunix_tok_s, 3))
-            if a.single:
-              print(json.dumps(single), flush=True)
-          if a.multiturn:
-            _report(name, "sampler_multi_turn", lay, lambda: multi_turn(
-                name, cfg, B, a.prompt_len, a.mt_max_new, dtype, a.mt_prompts_per_slot * B,
-                a.mt_max_obs, lay, a.kv_max_tokens, single["decode_tok_s"]), cfg, dtype)
+          for UNROLL in unrolls:
+            single = None
+            if a.single or a.multiturn:
+              single = single_turn(name, cfg, B, a.prompt_len, a.new_tokens, dtype, a.repeats,
+                                   lay)
+              if tunix_tok_s:
+                single.update(tunix_tok_s=tunix_tok_s,
+                              vs_tunix=round(single["e2e_tok_s"] / tunix_tok_s, 3),
+                              vs_tunix_decode=round(single["decode_tok_s"] / tunix_tok_s, 3))
+              if a.single:
+                print(json.dumps(single), flush=True)
+            if a.multiturn:
+              _report(name, "sampler_multi_turn", lay, lambda: multi_turn(
+                  name, cfg, B, a.prompt_len, a.mt_max_new, dtype, a.mt_prompts_per_slot * B,
+                  a.mt_max_obs, lay, a.kv_max_tokens, single["decode_tok_s"]), cfg, dtype)
     if a.paper_step:
       for lay in layouts:
         ATTN = a.decode_attention.split(",")[0]

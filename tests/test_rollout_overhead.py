@@ -92,6 +92,29 @@ def test_write_first_attention_equals_read_only_in_rollouts(model, tags):
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
 
 
+@pytest.mark.parametrize("layout", ["dense", "paged"])
+def test_unrolled_decode_loop_gives_the_same_rollouts(model, tags, layout):
+  """rollout.decode_unroll runs several decode steps a while-loop iteration, those past the
+  loop's exit gated off: sampled multi-turn rollouts (calls that exit early, searches, the
+  tail shrinking) are the same token for token as one step an iteration."""
+  cfg, params, tok = model
+  open_, close = tags
+  out = {}
+  for unroll in (1, 3):
+    eng = _engine(model, SmallBM25Retriever(), search_open=open_, search_close=close,
+                  max_searches=3, kv_layout=layout, decode_unroll=unroll, steps_per_call=7,
+                  tail_min_batch=2)
+    out[unroll], stats = eng.generate(params, PROMPTS, jax.random.key(3), temperature=1.0,
+                                      max_new_tokens=60, stop=[close])
+    assert stats["decode_calls"] > 3
+  assert sum(t.num_searches for t in out[1]) >= 1
+  for a, b in zip(out[1], out[3]):
+    assert a.response_ids == b.response_ids and a.stop_reason == b.stop_reason
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-6)
+  with pytest.raises(ValueError, match="rollout.decode_unroll=0"):
+    _engine(model, None, decode_unroll=0)
+
+
 def test_decode_step_scratch_is_small_next_to_the_cache():
   """The read-only step copied the whole carried cache each step (scratch ~1.5x the cache);
   the write-first step must need a small fraction of it."""

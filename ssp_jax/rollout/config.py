@@ -22,6 +22,9 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # auto: cudnn on a GPU whose mesh splits no rows or heads,
                                 # at bf16/fp16 compute; else xla
   c.steps_per_call = 256        # decode steps per jitted call (the host services rows between)
+  c.decode_unroll = 1           # decode steps per while-loop iteration: each iteration ends
+                                # with the loop's predicate read by the host (a GPU waits);
+                                # steps past the loop's exit run gated, as no-ops
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
   c.tail_min_batch = 16         # no prompt queued and at most half the slots in use: the batch
                                 # halves (rows move to the first slots) down to this; 0 = never

@@ -109,6 +109,9 @@ class RolloutEngine:
                        f"one of {sorted(set(known))} or 'auto'")
     if self.cfg.kv_pool not in ("fixed", "grow"):
       raise ValueError(f"rollout.kv_pool={self.cfg.kv_pool!r} unknown; use 'fixed' or 'grow'")
+    if int(self.cfg.get("decode_unroll", 1)) < 1:
+      raise ValueError(f"rollout.decode_unroll={self.cfg.decode_unroll} must be >= 1 (decode "
+                       f"steps per while-loop iteration; 1 = one)")
     if int(self.cfg.tail_min_batch) < 0:
       raise ValueError(f"rollout.tail_min_batch={self.cfg.tail_min_batch} must be >= 0 "
                        f"(the smallest batch the tail shrinks to; 0 = never shrink)")
@@ -243,6 +246,7 @@ class RolloutEngine:
         key=jax.random.fold_in(rng, 0), sampling=call.sampling, dtype=self.dtype,
         sharder=self.sharder, attn_impl=str(c.decode_attention),
         prefill_attn=str(c.get("prefill_attention", "xla")), steps=int(c.steps_per_call),
+        unroll=int(c.get("decode_unroll", 1)),
         columns=slots.alloc.table.shape[1],
         max_row_tokens=max(len(r.pending) + r.budget for r in queue),
         page_size=int(c.page_size), piece=piece,
@@ -291,7 +295,8 @@ class RolloutEngine:
       st, res = S.decode(self.model_cfg, st, dparams, tables, eos_E, put(limit_B > 0),
                          put(limit_B), jnp.int32(exit_after), jax.random.fold_in(rng, k),
                          num_steps=steps, sampling=call.sampling, dtype=self.dtype,
-                         sharder=self.sharder, attn_impl=str(c.decode_attention))
+                         sharder=self.sharder, attn_impl=str(c.decode_attention),
+                         unroll=int(c.get("decode_unroll", 1)))
       jax.block_until_ready(res.steps)
       stats["decode_s"] += time.perf_counter() - td
       td = time.perf_counter()

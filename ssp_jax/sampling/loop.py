@@ -218,12 +218,15 @@ class _Carry(NamedTuple):
 
 
 def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, attn_impl,
-          c: _Carry) -> _Carry:
+          c: _Carry, live=None) -> _Carry:
+  """One decode step. live: a traced bool, False turns the step into a no-op on the carry (the
+  unrolled loop's steps past the loop's exit); the K/V written at pos_B is then the same as the
+  next call's first step writes there (the same token at the same position)."""
   st = c.st
   logits_BV, cache = decode_forward(cfg, params, st.tok_B, st.pos_B, st.cache, dtype=dtype,
                                     sharder=sharder, attn_impl=attn_impl)
   nxt_B, lp_B = sample_next(logits_BV, jax.random.fold_in(key, c.step), sampling)
-  run_B = ~c.done_B
+  run_B = ~c.done_B if live is None else ~c.done_B & live
   hit_B, window_BM = check_stop(st.window_BM, nxt_B, tables)
   eos_B = jnp.any(nxt_B[:, None] == eos_E[None, :], axis=1)
   count_B = c.count_B + run_B.astype(jnp.int32)
@@ -235,17 +238,18 @@ def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, at
   st = DecodeState(cache, jnp.where(run_B, nxt_B, st.tok_B), st.pos_B + run_B.astype(jnp.int32),
                    jnp.where(run_B[:, None], window_BM, st.window_BM))
   st = _constrain_state(st, sharder)
-  return _Carry(st, c.step + 1, c.done_B | (reason_B != RUNNING), count_B, reason_B, tokens_BN,
+  step = c.step + 1 if live is None else c.step + live.astype(jnp.int32)
+  return _Carry(st, step, c.done_B | (reason_B != RUNNING), count_B, reason_B, tokens_BN,
                 logprobs_BN)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "num_steps", "sampling", "dtype", "sharder",
-                                             "attn_impl"), donate_argnums=(1,))
+                                             "attn_impl", "unroll"), donate_argnums=(1,))
 def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E: jax.Array,
            active_B: jax.Array, limit_B: jax.Array, exit_after: jax.Array, key: jax.Array, *,
            num_steps: int, sampling: SamplingParams, dtype=jnp.float32,
            sharder: Optional[Sharder] = None,
-           attn_impl: str = "einsum") -> tuple[DecodeState, DecodeOut]:
+           attn_impl: str = "einsum", unroll: int = 1) -> tuple[DecodeState, DecodeOut]:
   """Decodes up to `num_steps` tokens for the rows in active_B.
 
   dparams: decode-layout params, `make_decode_params(cfg, params, dtype)` (built once per call).
@@ -253,18 +257,32 @@ def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E
   exit_after: the loop returns once this many rows have finished during the call (the host can
     then refill or splice them); rows still running keep their state and continue next call.
   The caller must size the cache so that pos_B + limit_B < S for every active row.
+  unroll: decode steps per while-loop iteration. On a GPU each iteration ends with the loop's
+    predicate copied to the host (a wait for the device); unrolled, the steps after the first
+    run gated by the same predicate (a no-op on the carry once it is false), so the outputs
+    equal unroll=1's and a call that exits early computes up to unroll - 1 steps for nothing.
   """
   B = st.tok_B.shape[0]
   c = _Carry(st, jnp.int32(0), ~active_B, jnp.zeros((B,), jnp.int32),
              jnp.zeros((B,), jnp.int32), jnp.zeros((B, num_steps), jnp.int32),
              jnp.zeros((B, num_steps), jnp.float32))
 
+  if unroll < 1:
+    raise ValueError(f"unroll={unroll}: decode steps per loop iteration must be >= 1")
+
   def cond(c: _Carry):
     finished = jnp.sum((c.done_B & active_B).astype(jnp.int32))
     return (c.step < num_steps) & ~jnp.all(c.done_B) & (finished < exit_after)
 
-  body = functools.partial(_step, cfg, dparams, tables, eos_E, limit_B, key, sampling, dtype,
+  step = functools.partial(_step, cfg, dparams, tables, eos_E, limit_B, key, sampling, dtype,
                            sharder, attn_impl)
+
+  def body(c: _Carry) -> _Carry:
+    c = step(c)                       # the loop's cond held for this one
+    for _ in range(unroll - 1):
+      c = step(c, live=cond(c))
+    return c
+
   c = jax.lax.while_loop(cond, body, c)
   # Replicated on every device, so each process (multi-host) can read all rows on its host.
   out = DecodeOut(c.tokens_BN, c.logprobs_BN, c.count_B, c.reason_B, c.step)
