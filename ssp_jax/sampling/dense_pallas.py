@@ -206,10 +206,10 @@ def _kernel(pos_ref, *refs, block: int, share: int, exact: bool, write: bool,
     o_ref[...], m_ref[...], l_ref[...] = o_GH, m_G, l_G
 
 
-def choose_splits(B: int, K: int, S: int) -> int:
+def choose_splits(B: int, K: int, S: int, max_block: int = MAX_BLOCK) -> int:
   """Powers of two, while B * K * splits < MIN_PROGRAMS and a share keeps whole blocks of
-  gcd(S, MAX_BLOCK) slots."""
-  block, splits = math.gcd(S, MAX_BLOCK), 1
+  gcd(S, max_block) slots."""
+  block, splits = math.gcd(S, max_block), 1
   while B * K * splits < MIN_PROGRAMS and (S // (2 * splits)) % block == 0 and S % 2 == 0:
     splits *= 2
   return splits
@@ -236,18 +236,22 @@ def dense_attention_write(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Arra
 def dense_attention_write_qkv(qkv_BRH: jax.Array, cos_BH: jax.Array, sin_BH: jax.Array,
                               k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array, *,
                               num_heads: int, interpret: bool = False,
-                              splits: int | None = None
+                              splits: int | None = None, num_warps: int = 4,
+                              num_stages: int = 2, max_block: int = MAX_BLOCK
                               ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """`dense_attention_write` from the layer's fused q/k/v projection qkv_BRH [B, N + 2K, H]
   (bias added, no RoPE yet) and the rows' RoPE cos_BH, sin_BH [B, H]: the kernel splits the
   heads, applies RoPE and the 1/sqrt(H) scale itself (`rope_inputs`), so no XLA kernel runs
-  between the projection's GEMM and it. Returns attention [B, K, G, H] in qkv's dtype."""
+  between the projection's GEMM and it. Returns attention [B, K, G, H] in qkv's dtype.
+  num_warps, num_stages (Triton's) and max_block (slots a loop iteration reads at most): the
+  tuning knobs bench/dense_attention.py sweeps."""
   if k_BKSH.shape[2] % 16:
     q, k, v = split_rope(qkv_BRH, cos_BH, sin_BH, num_heads)
     return dense_attention_write(q, k_BKSH, v_BKSH, pos_B, k, v, interpret=interpret,
                                  splits=splits)
   return _dense_attention(qkv_BRH, k_BKSH, v_BKSH, pos_B, cos_BH, sin_BH, interpret=interpret,
-                          splits=splits, num_heads=num_heads)
+                          splits=splits, num_heads=num_heads, num_warps=num_warps,
+                          num_stages=num_stages, max_block=max_block)
 
 
 def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array,
@@ -261,10 +265,10 @@ def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos
 
 
 @functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages",
-                                             "num_heads"))
+                                             "num_heads", "max_block"))
 def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret: bool = False,
                      splits: int | None = None, num_warps: int = 4, num_stages: int = 2,
-                     num_heads: int | None = None):
+                     num_heads: int | None = None, max_block: int = MAX_BLOCK):
   """The pallas_call of all three: kn_BKH / vn_BKH None (attend over slots <= pos), the new
   token's K/V (attend before pos plus it, store it; returns (out, k, v)), or, with num_heads,
   q_BKGH is the fused projection [B, N + 2K, H] and kn_BKH, vn_BKH are RoPE's cos, sin [B, H]
@@ -277,11 +281,11 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
     pad = ((0, 0), (0, 0), (0, -S % 16), (0, 0))
     k_BKSH, v_BKSH = jnp.pad(k_BKSH, pad), jnp.pad(v_BKSH, pad)
     S = k_BKSH.shape[2]
-  splits = choose_splits(B, K, S) if splits is None else splits
+  splits = choose_splits(B, K, S, max_block) if splits is None else splits
   if S % splits or (S // splits) % 16:
     raise ValueError(f"splits={splits}: must split the {S} slots into multiples of 16")
   share = S // splits
-  block = math.gcd(share, MAX_BLOCK)
+  block = math.gcd(share, max_block)
   Gp = max(16, pl.next_power_of_2(G))
   pos_B1 = pos_B.astype(jnp.int32).reshape(B, 1)
   kv_spec = pl.BlockSpec((None, None, share, H), lambda b, h, j: (b, h, j, 0))
