@@ -98,3 +98,21 @@ def test_unknown_sampler_is_an_error_naming_the_field():
   rc.sampler = "multinomial"
   with pytest.raises(ValueError, match="rollout.sampler='multinomial'"):
     check_rollout_config(rc)
+
+
+@pytest.mark.parametrize("p", [SamplingParams(1.0), SamplingParams(0.7, top_k=5),
+                               SamplingParams(1.3, top_p=0.5)])
+def test_block_max_masses_draw_the_same_tokens(p, monkeypatch):
+  """methods.BLOCK_MAX_MASSES (each block's mass from its own max; bench/sample_step.py times
+  it): the same tokens for the same random numbers and the same log-probs within fp32
+  rounding, over blocks with an odd tail and (top-k / top-p) blocks wholly masked."""
+  from ssp_jax.sampling import methods as M
+  logits_BV = 3.0 * jax.random.normal(jax.random.key(2), (16, 300))
+  keys = jax.random.split(jax.random.key(9), 64)
+  draw = lambda: jax.jit(jax.vmap(lambda k: sample_next(logits_BV, k, p)))(keys)
+  want_tok, want_lp = draw()
+  monkeypatch.setattr(M, "BLOCK_MAX_MASSES", True)
+  got_tok, got_lp = draw()
+  assert float(jnp.mean(got_tok == want_tok)) > 0.999
+  np.testing.assert_allclose(got_lp, want_lp, rtol=0, atol=2e-6)
+  assert bool(jnp.all(jnp.isfinite(got_lp)))

@@ -74,15 +74,35 @@ def _last_positive(w_BN: jax.Array) -> jax.Array:
   return jnp.max(jnp.where(w_BN > 0, idx_N, 0), axis=-1)
 
 
-def _inverse_cdf(zb_BNK: jax.Array, m_B: jax.Array, u_B: jax.Array) -> tuple[jax.Array,
-                                                                            jax.Array]:
-  """(token_B, sum of exp(z - m)_B): the token drawn from softmax(z) by the inverse CDF at
+BLOCK_MAX_MASSES = False   # bench/sample_step.py times both forms; see _block_masses
+
+
+def _block_masses(zb_BNK: jax.Array, m_B: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+  """(e_BN, m_B): each block's sum of exp(z - m_B), m_B the row's max of z (computed here when
+  None). BLOCK_MAX_MASSES: each block's sum of exp(z - its own max), scaled by
+  exp(block max - m_B) afterwards, the row's max taken from the [B, N] block maxima: the same
+  masses up to fp32 rounding, from one read of z where XLA fuses a block's max and sum into
+  one kernel, against two reads (the row's max, then the sums)."""
+  if not BLOCK_MAX_MASSES:
+    if m_B is None:
+      m_B = jnp.max(zb_BNK, axis=(1, 2))
+    return jnp.sum(jnp.exp(zb_BNK - m_B[:, None, None]), axis=-1), m_B
+  mb_BN = jnp.max(zb_BNK, axis=-1)
+  s_BN = jnp.sum(jnp.exp(zb_BNK - mb_BN[..., None]), axis=-1)
+  if m_B is None:
+    m_B = jnp.max(mb_BN, axis=-1)
+  return jnp.where(mb_BN > -jnp.inf, s_BN * jnp.exp(mb_BN - m_B[:, None]), 0.0), m_B
+
+
+def _inverse_cdf(zb_BNK: jax.Array, m_B: jax.Array | None, u_B: jax.Array
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(token_B, sum of exp(z - m)_B, m_B): the token drawn from softmax(z) by the inverse CDF at
   u_B in [0, 1), over blocks (zb [B, N, K], K = BLOCK): the block whose cumulative mass
   passes u * total, then the entry inside it. Reads z twice (its max before, exp here), where
   the Gumbel-max draw (jax.random.categorical) made a random number per vocabulary entry: on
   an H200, 256 rows x 151,936 logits, 0.31 against 0.49 ms a draw (bench/sample_step.py).
   An entry of zero mass (masked) is never drawn, whatever the rounding of the sums."""
-  e_BN = jnp.sum(jnp.exp(zb_BNK - m_B[:, None, None]), axis=-1)        # block masses
+  e_BN, m_B = _block_masses(zb_BNK, m_B)            # block masses; m_B: z's max if None
   cum_BN = jnp.cumsum(e_BN, axis=-1)
   total_B = cum_BN[:, -1]
   t_B = u_B * total_B
@@ -93,7 +113,7 @@ def _inverse_cdf(zb_BNK: jax.Array, m_B: jax.Array, u_B: jax.Array) -> tuple[jax
   c_BK = jnp.cumsum(p_BK, axis=-1)
   i_B = jnp.minimum(jnp.sum((c_BK <= (t_B - before_B)[:, None]).astype(jnp.int32), axis=-1),
                     _last_positive(p_BK))
-  return j_B * zb_BNK.shape[-1] + i_B, total_B
+  return j_B * zb_BNK.shape[-1] + i_B, total_B, m_B
 
 
 def _argmax_and_max(xb_BNK: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -134,15 +154,15 @@ def sample_next(logits_BV: jax.Array, key: jax.Array,
     tok_B, m_B = _argmax_and_max(xb_BNK)
     lse_B = lse(m_B)
   else:
-    m_B = jnp.max(xb_BNK, axis=(1, 2))
     u_B = jax.random.uniform(key, (B,), jnp.float32)
     if p.top_k or p.top_p < 1.0:   # the draw over the kept tokens, the log-prob over all
+      m_B = jnp.max(xb_BNK, axis=(1, 2))
       thr_B1 = _truncation_threshold(scaled_BV, p)
       zb_BNK = _blocks(jnp.where(scaled_BV >= thr_B1, scaled_BV, -jnp.inf))
-      tok_B, _ = _inverse_cdf(zb_BNK, m_B, u_B)
+      tok_B, _, _ = _inverse_cdf(zb_BNK, m_B, u_B)
       lse_B = lse(m_B)
     else:
-      tok_B, total_B = _inverse_cdf(xb_BNK, m_B, u_B)
+      tok_B, total_B, m_B = _inverse_cdf(xb_BNK, None, u_B)
       lse_B = m_B + jnp.log(total_B)
   # log_softmax(scaled)[tok] = scaled[tok] - logsumexp(scaled)
   picked_B = jnp.take_along_axis(scaled_BV, tok_B[:, None], axis=-1)[:, 0]
