@@ -36,6 +36,7 @@ jitted function: `jit(prefill_pages)`, `jit(decode)`, ...) and, after the untime
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -58,6 +59,7 @@ from ssp_jax import sampling as S
 ATTN = "einsum"   # --decode-attention (dense layout)
 PAGED_ATTN = "gather"   # --paged-attention (paged layout)
 UNROLL = 1   # --decode-unroll: decode steps per while-loop iteration
+HEAD = "xla"   # --decode-head: the step's projection to the vocabulary and draw
 TINY = ModelConfig(model_type="qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 
@@ -98,7 +100,7 @@ def _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout):
   st, out = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
                      jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(1),
                      num_steps=N, sampling=S.SamplingParams(1.0), dtype=dtype,
-                     attn_impl=attn, unroll=UNROLL)
+                     attn_impl=attn, unroll=UNROLL, head=HEAD)
   count = int(jax.device_get(out.count_B).sum())
   t2 = time.perf_counter()
   return count, t1 - t0, t2 - t1
@@ -114,7 +116,7 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
   count, pre, dec = min(runs, key=lambda r: r[2])
   assert count == B * N, (count, B * N)
   _profiled(f"single_{name}_b{B}_p{P}_{layout}_{ATTN if layout == 'dense' else PAGED_ATTN}"
-            + (f"_u{UNROLL}" if UNROLL > 1 else ""),
+            + (f"_u{UNROLL}" if UNROLL > 1 else "") + (f"_{HEAD}head" if HEAD != "xla" else ""),
             lambda: _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout))
   return {"bench": "sampler_single_turn", "model": name, "batch": B, "prompt_len": P,
           "new_tokens": N, "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
@@ -122,7 +124,8 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
           "decode_tok_s": round(count / dec, 1), "e2e_tok_s": round(count / (pre + dec), 1),
           "ms_per_step": round(1000 * dec / N, 3), "kv_layout": layout, "fused_proj": FUSE,
           "prng": jax.config.jax_default_prng_impl,
-          "decode_attention": ATTN if layout == "dense" else PAGED_ATTN, "decode_unroll": UNROLL}
+          "decode_attention": ATTN if layout == "dense" else PAGED_ATTN, "decode_unroll": UNROLL,
+          "decode_head": HEAD}
 
 
 class SyntheticTokenizer:
@@ -162,6 +165,7 @@ def _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens):
   rc.compile_ahead = COMPILE_AHEAD
   rc.prefill_attention = PREFILL_ATTN
   rc.decode_unroll = UNROLL
+  rc.decode_head = HEAD
   return RolloutEngine(cfg, SyntheticTokenizer(cfg.vocab_size), rc, SmallBM25Retriever())
 
 
@@ -220,7 +224,8 @@ def _timed_generate(eng, params, prompts, budgets):
   total = sum(len(t.response_ids) for t in trajs)
   reasons = {r: sum(t.stop_reason == r for t in trajs) for r in {t.stop_reason for t in trajs}}
   compile_s = float(stats.get("compile_s", 0.0))   # > 0 only with --no-warmup
-  _profiled(f"engine_b{eng.cfg.batch_size}_{eng.cfg.kv_layout}_{eng.cfg.decode_attention}",
+  _profiled(f"engine_b{eng.cfg.batch_size}_{eng.cfg.kv_layout}_{eng.cfg.decode_attention}"
+            + (f"_u{UNROLL}" if UNROLL > 1 else "") + (f"_{HEAD}head" if HEAD != "xla" else ""),
             lambda: eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets))
   return {"wall_s": round(wall, 3), "policy_tok_s": round(policy / wall, 1),
           "compile_s": round(compile_s, 3),
@@ -246,7 +251,7 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
           "prompt_len": P, "max_response_tokens": max_new, "max_obs_tokens": max_obs,
           "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "kv_layout": layout, "decode_attention": eng.cfg.decode_attention,
-          "decode_unroll": UNROLL,
+          "decode_unroll": UNROLL, "decode_head": HEAD,
           "prefill_attention": eng.cfg.get("prefill_attention", "xla"), **res,
           **prefill_rates(cfg, res["engine_stats"]),
           "single_turn_decode_tok_s": single_tok_s,
@@ -455,6 +460,9 @@ def main(argv=None) -> int:
   p.add_argument("--decode-unroll", default="1",
                  help="decode steps per while-loop iteration (rollout.decode_unroll); a comma "
                       "list compares them")
+  p.add_argument("--decode-head", default="xla",
+                 help="the step's projection and draw (rollout.decode_head): xla | pallas (one "
+                      "kernel, the logits never stored); a comma list compares them")
   p.add_argument("--kv-layout", default="dense", help="dense | paged; a comma list compares them")
   p.add_argument("--paged-attention", default=None,
                  help="paged layout: gather | pallas (fused, sampling/paged_pallas.py) | "
@@ -492,7 +500,7 @@ def main(argv=None) -> int:
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
   global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE, COMPILE_AHEAD, PREFILL_ATTN
-  global UNROLL
+  global UNROLL, HEAD
   WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE = a.warmup, a.profile, a.tail_min_batch, a.fuse
   COMPILE_AHEAD, PREFILL_ATTN = a.compile_ahead, a.prefill_attention
   if a.prng:
@@ -504,6 +512,9 @@ def main(argv=None) -> int:
   if min(unrolls) < 1:
     p.error(f"--decode-unroll {a.decode_unroll!r}: decode steps per loop iteration, integers "
             f">= 1 (a comma list compares them)")
+  heads = a.decode_head.split(",")
+  if not set(heads) <= set(S.HEADS):
+    p.error(f"--decode-head {a.decode_head!r}: a comma list of {S.HEADS}")
   paged_impls = (a.paged_attention
                  or ("pallas" if jax.default_backend() == "gpu" else "gather")).split(",")
   PAGED_ATTN = paged_impls[0]
@@ -543,7 +554,7 @@ def main(argv=None) -> int:
             ATTN = impl
           else:
             PAGED_ATTN = impl
-          for UNROLL in unrolls:
+          for UNROLL, HEAD in itertools.product(unrolls, heads):
             single = None
             if a.single or a.multiturn:
               single = single_turn(name, cfg, B, a.prompt_len, a.new_tokens, dtype, a.repeats,

@@ -115,6 +115,33 @@ def test_unrolled_decode_loop_gives_the_same_rollouts(model, tags, layout):
     _engine(model, None, decode_unroll=0)
 
 
+@pytest.mark.parametrize("layout", ["dense", "paged"])
+def test_fused_head_gives_the_same_rollouts(model, tags, layout):
+  """rollout.decode_head="pallas" (the projection and the draw's block statistics in one
+  kernel, sampling/head_pallas.py; interpret mode here): sampled multi-turn rollouts with
+  searches, early exits and the tail shrinking to batches that are not multiples of 16 are
+  the same tokens as the XLA head's, the log-probs within fp32 rounding."""
+  cfg, params, tok = model
+  open_, close = tags
+  out = {}
+  for head in ("xla", "pallas"):
+    eng = _engine(model, SmallBM25Retriever(), search_open=open_, search_close=close,
+                  max_searches=3, kv_layout=layout, decode_head=head, steps_per_call=7,
+                  tail_min_batch=2)
+    out[head], _ = eng.generate(params, PROMPTS, jax.random.key(3), temperature=1.0,
+                                max_new_tokens=60, stop=[close])
+  assert sum(t.num_searches for t in out["xla"]) >= 1
+  for a, b in zip(out["xla"], out["pallas"]):
+    assert a.response_ids == b.response_ids and a.stop_reason == b.stop_reason
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
+  with pytest.raises(ValueError, match="rollout.decode_head='fused'"):
+    _engine(model, None, decode_head="fused")
+  eng = _engine(model, None, decode_head="pallas")
+  with pytest.raises(ValueError, match="rollout.decode_head='pallas' draws without top-k"):
+    eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=1.0, top_k=5,
+                 max_new_tokens=4)
+
+
 def test_decode_step_scratch_is_small_next_to_the_cache():
   """The read-only step copied the whole carried cache each step (scratch ~1.5x the cache);
   the write-first step must need a small fraction of it."""

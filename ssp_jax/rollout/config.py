@@ -25,6 +25,10 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.decode_unroll = 1           # decode steps per while-loop iteration: each iteration ends
                                 # with the loop's predicate read by the host (a GPU waits);
                                 # steps past the loop's exit run gated, as no-ops
+  c.decode_head = "xla"         # how a decode step projects to the vocabulary and draws: xla
+                                # (the [B, V] fp32 logits, then the draw) | pallas (one kernel:
+                                # the projection and the draw's block statistics, the logits
+                                # never stored; sampling/head_pallas.py; no top-k / top-p)
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
   c.tail_min_batch = 16         # no prompt queued and at most half the slots in use: the batch
                                 # halves (rows move to the first slots) down to this; 0 = never

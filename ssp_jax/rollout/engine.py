@@ -36,6 +36,7 @@ from ssp_jax.rollout.rows import Row, put
 from ssp_jax.rollout.search_tool import SearchTool
 from ssp_jax.rollout.slots import SlotPlanner, batch_size, table_width
 from ssp_jax.rollout.tools import Tool, ToolCall, tool_table
+from ssp_jax.sampling import head_pallas as HP
 from ssp_jax.sampling.paged import PAGED_ATTN_IMPLS
 from ssp_jax.sampling.paged_prefill import PREFILL_ATTN
 from ssp_jax.tokenizer import Prompt, Tokenizer
@@ -112,6 +113,12 @@ class RolloutEngine:
     if int(self.cfg.get("decode_unroll", 1)) < 1:
       raise ValueError(f"rollout.decode_unroll={self.cfg.decode_unroll} must be >= 1 (decode "
                        f"steps per while-loop iteration; 1 = one)")
+    head = str(self.cfg.get("decode_head", "xla"))
+    if head not in S.HEADS:
+      raise ValueError(f"rollout.decode_head={head!r} unknown; use one of {S.HEADS}")
+    if head == "pallas" and not self._unsplit("act_batch", "act_vocab", "vocab"):
+      raise ValueError("rollout.decode_head='pallas' runs one unpartitioned kernel: the mesh "
+                       "splits the rows or the vocabulary; use rollout.decode_head='xla'")
     if int(self.cfg.tail_min_batch) < 0:
       raise ValueError(f"rollout.tail_min_batch={self.cfg.tail_min_batch} must be >= 0 "
                        f"(the smallest batch the tail shrinks to; 0 = never shrink)")
@@ -158,6 +165,12 @@ class RolloutEngine:
             float(c.top_p if top_p is None else top_p), int(c.top_k if top_k is None else top_k),
             str(c.get("sampler", "inverse_cdf"))),
         stats=collections.Counter())
+    if (str(c.get("decode_head", "xla")) == "pallas"
+        and not HP.eligible(call.sampling, self.model_cfg.hidden_size)):
+      raise ValueError(f"rollout.decode_head='pallas' draws without top-k / top-p, with "
+                       f"rollout.sampler='inverse_cdf', at a hidden size that is a multiple "
+                       f"of 16 (this call: {call.sampling}, hidden size "
+                       f"{self.model_cfg.hidden_size}); use rollout.decode_head='xla'")
     budgets = self._budgets(max_new_tokens, len(prompts))
     queue = collections.deque()
     for i, p in enumerate(prompts):
@@ -246,7 +259,7 @@ class RolloutEngine:
         key=jax.random.fold_in(rng, 0), sampling=call.sampling, dtype=self.dtype,
         sharder=self.sharder, attn_impl=str(c.decode_attention),
         prefill_attn=str(c.get("prefill_attention", "xla")), steps=int(c.steps_per_call),
-        unroll=int(c.get("decode_unroll", 1)),
+        unroll=int(c.get("decode_unroll", 1)), head=str(c.get("decode_head", "xla")),
         columns=slots.alloc.table.shape[1],
         max_row_tokens=max(len(r.pending) + r.budget for r in queue),
         page_size=int(c.page_size), piece=piece,
@@ -296,7 +309,8 @@ class RolloutEngine:
                          put(limit_B), jnp.int32(exit_after), jax.random.fold_in(rng, k),
                          num_steps=steps, sampling=call.sampling, dtype=self.dtype,
                          sharder=self.sharder, attn_impl=str(c.decode_attention),
-                         unroll=int(c.get("decode_unroll", 1)))
+                         unroll=int(c.get("decode_unroll", 1)),
+                         head=str(c.get("decode_head", "xla")))
       jax.block_until_ready(res.steps)
       stats["decode_s"] += time.perf_counter() - td
       td = time.perf_counter()

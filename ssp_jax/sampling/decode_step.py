@@ -165,9 +165,10 @@ ATTN_IMPLS = ("reduce", "einsum", "einsum_readonly", "cudnn", "xla", "pallas", "
 
 def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax.Array,
                    cache: dict, *, dtype=jnp.float32, sharder: Optional[Sharder] = None,
-                   attn_impl: str = "einsum") -> tuple[jax.Array, dict]:
+                   attn_impl: str = "einsum", hidden: bool = False) -> tuple[jax.Array, dict]:
   """Feeds tok_B at pos_B; returns (float32 logits [B, V], cache with slot pos_B written).
-  `dparams` comes from `decode_params`.
+  `dparams` comes from `decode_params`. hidden: the final-normed hidden state [B, D] in place
+  of the logits (the fused head, sampling/head_pallas.py, projects and draws from it).
 
   cache: {"k", "v": L per-layer buffers [B, K, S, H]} (sampling/loop.py), or a paged cache.
   attn_impl: "einsum" (default; batched GEMMs) or "reduce" (multiply-reduce): each layer writes
@@ -186,7 +187,7 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     RoPE, scale and pad kernels (fused q/k/v weights and no q/k norm; else "pallas")."""
   if "table" in cache:
     return _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, dtype=dtype, sharder=sharder,
-                                 attn_impl=attn_impl)
+                                 attn_impl=attn_impl, hidden=hidden)
   if attn_impl not in ATTN_IMPLS:
     raise ValueError(f"decode attention {attn_impl!r} unknown; use one of {ATTN_IMPLS}")
   B = tok_B.shape[0]
@@ -241,18 +242,21 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     v_all = [x.at[rows_B, :, pos_B].set(v) for x, v in zip(v_all, new_v)]
   new = {"k": [constrain(x, CACHE_LOGICAL[1:], sharder) for x in k_all],
          "v": [constrain(x, CACHE_LOGICAL[1:], sharder) for x in v_all]}
-  return _logits(cfg, dparams, x_B1D, sharder), new
+  return _logits(cfg, dparams, x_B1D, sharder, hidden), new
 
 
-def _logits(cfg, dparams, x_B1D, sharder):
+def _logits(cfg, dparams, x_B1D, sharder, hidden: bool = False):
   h_B1D = L_.rms_norm(x_B1D, dparams["final_norm"], cfg.rms_norm_eps)
+  if hidden:
+    return h_B1D[:, 0]
   logits = jnp.einsum("BTD,DV->BTV", h_B1D, dparams["lm_head"].astype(h_B1D.dtype),
                       preferred_element_type=jnp.float32)
   logits = constrain(logits, ("act_batch", "act_len", "act_vocab"), sharder)
   return logits[:, 0]
 
 
-def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, attn_impl):
+def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, attn_impl,
+                          hidden=False):
   """decode_forward over a paged cache (sampling/paged.py): each layer writes its new K/V at
   (page, offset) of pos_B (first, or inside the "pallas" kernel), and attends over slots
   <= pos_B through the page table.
@@ -302,4 +306,5 @@ def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, 
     new_k.append(kp)
     new_v.append(vp)
     x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
-  return _logits(cfg, dparams, x_B1D, sharder), {"k": new_k, "v": new_v, "table": table_BC}
+  return (_logits(cfg, dparams, x_B1D, sharder, hidden),
+          {"k": new_k, "v": new_v, "table": table_BC})

@@ -33,6 +33,7 @@ import models
 from models.config import ModelConfig
 from models.decoder import CACHE_LOGICAL
 from models.sharding import Sharder, constrain
+from ssp_jax.sampling import head_pallas as HP
 from ssp_jax.sampling import paged as PG
 from ssp_jax.sampling import paged_prefill as PP
 from ssp_jax.sampling.decode_step import decode_forward, decode_params
@@ -40,6 +41,8 @@ from ssp_jax.sampling.decode_step import decode_forward, decode_params
 make_decode_params = jax.jit(decode_params, static_argnums=(0, 2, 3))
 from ssp_jax.sampling.methods import SamplingParams, sample_next
 from ssp_jax.sampling.stops import PAD, StopTables, check_stop
+
+HEADS = ("xla", "pallas")   # how a decode step projects to the vocabulary and draws (`decode`)
 
 # reason_B codes returned by `decode`
 RUNNING, STOPPED, EOS, LIMIT = 0, 1, 2, 3
@@ -217,15 +220,19 @@ class _Carry(NamedTuple):
   logprobs_BN: jax.Array
 
 
-def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, attn_impl,
+def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, attn_impl, head,
           c: _Carry, live=None) -> _Carry:
   """One decode step. live: a traced bool, False turns the step into a no-op on the carry (the
   unrolled loop's steps past the loop's exit); the K/V written at pos_B is then the same as the
   next call's first step writes there (the same token at the same position)."""
   st = c.st
-  logits_BV, cache = decode_forward(cfg, params, st.tok_B, st.pos_B, st.cache, dtype=dtype,
-                                    sharder=sharder, attn_impl=attn_impl)
-  nxt_B, lp_B = sample_next(logits_BV, jax.random.fold_in(key, c.step), sampling)
+  step_key = jax.random.fold_in(key, c.step)
+  out, cache = decode_forward(cfg, params, st.tok_B, st.pos_B, st.cache, dtype=dtype,
+                              sharder=sharder, attn_impl=attn_impl, hidden=head == "pallas")
+  if head == "pallas":   # the output projection and the draw's block statistics in one kernel
+    nxt_B, lp_B = HP.sample_from_hidden(out, params["lm_head"], step_key, sampling)
+  else:
+    nxt_B, lp_B = sample_next(out, step_key, sampling)
   run_B = ~c.done_B if live is None else ~c.done_B & live
   hit_B, window_BM = check_stop(st.window_BM, nxt_B, tables)
   eos_B = jnp.any(nxt_B[:, None] == eos_E[None, :], axis=1)
@@ -244,12 +251,14 @@ def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, at
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "num_steps", "sampling", "dtype", "sharder",
-                                             "attn_impl", "unroll"), donate_argnums=(1,))
+                                             "attn_impl", "unroll", "head"),
+                   donate_argnums=(1,))
 def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E: jax.Array,
            active_B: jax.Array, limit_B: jax.Array, exit_after: jax.Array, key: jax.Array, *,
            num_steps: int, sampling: SamplingParams, dtype=jnp.float32,
            sharder: Optional[Sharder] = None,
-           attn_impl: str = "einsum", unroll: int = 1) -> tuple[DecodeState, DecodeOut]:
+           attn_impl: str = "einsum", unroll: int = 1,
+           head: str = "xla") -> tuple[DecodeState, DecodeOut]:
   """Decodes up to `num_steps` tokens for the rows in active_B.
 
   dparams: decode-layout params, `make_decode_params(cfg, params, dtype)` (built once per call).
@@ -261,6 +270,9 @@ def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E
     predicate copied to the host (a wait for the device); unrolled, the steps after the first
     run gated by the same predicate (a no-op on the carry once it is false), so the outputs
     equal unroll=1's and a call that exits early computes up to unroll - 1 steps for nothing.
+  head: "xla" (the [B, V] fp32 logits, then `sample_next`) or "pallas" (sampling/head_pallas.py:
+    the output projection and the draw's block statistics fused, the logits never stored;
+    `head_pallas.eligible` must hold: no top-k / top-p, no gumbel, a width of a multiple of 16).
   """
   B = st.tok_B.shape[0]
   c = _Carry(st, jnp.int32(0), ~active_B, jnp.zeros((B,), jnp.int32),
@@ -269,13 +281,18 @@ def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E
 
   if unroll < 1:
     raise ValueError(f"unroll={unroll}: decode steps per loop iteration must be >= 1")
+  if head not in HEADS:
+    raise ValueError(f"head={head!r} unknown; use one of {HEADS}")
+  if head == "pallas" and not HP.eligible(sampling, cfg.hidden_size):
+    raise ValueError(f"head='pallas' does not cover sampling {sampling} at width "
+                     f"{cfg.hidden_size}: use head='xla'")
 
   def cond(c: _Carry):
     finished = jnp.sum((c.done_B & active_B).astype(jnp.int32))
     return (c.step < num_steps) & ~jnp.all(c.done_B) & (finished < exit_after)
 
   step = functools.partial(_step, cfg, dparams, tables, eos_E, limit_B, key, sampling, dtype,
-                           sharder, attn_impl)
+                           sharder, attn_impl, head)
 
   def body(c: _Carry) -> _Carry:
     c = step(c)                       # the loop's cond held for this one

@@ -94,6 +94,27 @@ def _block_masses(zb_BNK: jax.Array, m_B: jax.Array | None) -> tuple[jax.Array, 
   return jnp.where(mb_BN > -jnp.inf, s_BN * jnp.exp(mb_BN - m_B[:, None]), 0.0), m_B
 
 
+def choose_block(e_BN: jax.Array, u_B: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The inverse CDF's first half, over block masses e_BN: (block j_B whose cumulative mass
+  passes u_B * total, the mass left to pass inside it, total_B). A block of zero mass is never
+  chosen, whatever the rounding of the sums."""
+  cum_BN = jnp.cumsum(e_BN, axis=-1)
+  total_B = cum_BN[:, -1]
+  t_B = u_B * total_B
+  j_B = jnp.minimum(jnp.sum((cum_BN <= t_B[:, None]).astype(jnp.int32), axis=-1),
+                    _last_positive(e_BN))
+  before_B = jnp.take_along_axis(cum_BN - e_BN, j_B[:, None], axis=1)[:, 0]
+  return j_B, t_B - before_B, total_B
+
+
+def choose_in_block(zj_BK: jax.Array, m_B: jax.Array, left_B: jax.Array) -> jax.Array:
+  """The second half: the entry of the chosen block (its z values zj_BK, on the scale of
+  exp(z - m_B)) whose cumulative mass passes left_B; never one of zero mass."""
+  c_BK = jnp.cumsum(jnp.exp(zj_BK - m_B[:, None]), axis=-1)
+  return jnp.minimum(jnp.sum((c_BK <= left_B[:, None]).astype(jnp.int32), axis=-1),
+                     _last_positive(jnp.exp(zj_BK - m_B[:, None])))
+
+
 def _inverse_cdf(zb_BNK: jax.Array, m_B: jax.Array | None, u_B: jax.Array
                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(token_B, sum of exp(z - m)_B, m_B): the token drawn from softmax(z) by the inverse CDF at
@@ -103,17 +124,9 @@ def _inverse_cdf(zb_BNK: jax.Array, m_B: jax.Array | None, u_B: jax.Array
   an H200, 256 rows x 151,936 logits, 0.31 against 0.49 ms a draw (bench/sample_step.py).
   An entry of zero mass (masked) is never drawn, whatever the rounding of the sums."""
   e_BN, m_B = _block_masses(zb_BNK, m_B)            # block masses; m_B: z's max if None
-  cum_BN = jnp.cumsum(e_BN, axis=-1)
-  total_B = cum_BN[:, -1]
-  t_B = u_B * total_B
-  j_B = jnp.minimum(jnp.sum((cum_BN <= t_B[:, None]).astype(jnp.int32), axis=-1),
-                    _last_positive(e_BN))
-  before_B = jnp.take_along_axis(cum_BN - e_BN, j_B[:, None], axis=1)[:, 0]
-  p_BK = jnp.exp(jnp.take_along_axis(zb_BNK, j_B[:, None, None], axis=1)[:, 0] - m_B[:, None])
-  c_BK = jnp.cumsum(p_BK, axis=-1)
-  i_B = jnp.minimum(jnp.sum((c_BK <= (t_B - before_B)[:, None]).astype(jnp.int32), axis=-1),
-                    _last_positive(p_BK))
-  return j_B * zb_BNK.shape[-1] + i_B, total_B, m_B
+  j_B, left_B, total_B = choose_block(e_BN, u_B)
+  zj_BK = jnp.take_along_axis(zb_BNK, j_B[:, None, None], axis=1)[:, 0]
+  return j_B * zb_BNK.shape[-1] + choose_in_block(zj_BK, m_B, left_B), total_B, m_B
 
 
 def _argmax_and_max(xb_BNK: jax.Array) -> tuple[jax.Array, jax.Array]:
