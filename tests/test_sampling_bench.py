@@ -62,11 +62,8 @@ def test_tunix_import_skips_its_package_init_and_names_a_missing_module(tmp_path
   """tunix/__init__.py imports tunix's whole API; the peer needs only the sampler and the Qwen2
   model, so a failing package __init__ is bypassed, and a missing dependency of the sampler
   itself is named in the one-line reason."""
-  sys.path.insert(0, os.path.join(ROOT, "bench"))
-  try:
-    import sampler as bench_sampler
-  finally:
-    sys.path.pop(0)
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))   # sys.path restored after the test
+  import sampler as bench_sampler                             # (it puts the repo root first)
   drop = lambda: [sys.modules.pop(m) for m in list(sys.modules)
                   if m.split(".")[0] in ("tunix", "metrax")]
   ok, bad = str(tmp_path / "ok"), str(tmp_path / "bad")
@@ -86,7 +83,7 @@ def test_tunix_import_skips_its_package_init_and_names_a_missing_module(tmp_path
     drop()
 
 
-def test_profile_writes_a_trace_that_trace_summary_reads(tmp_path):
+def test_profile_writes_a_trace_that_trace_summary_reads(tmp_path, monkeypatch):
   """--profile runs each measurement once more under the JAX profiler; trace_summary.py sums the
   trace's events per track (here the CPU host threads: no GPU on the runner)."""
   prof = str(tmp_path / "prof")
@@ -108,8 +105,8 @@ def test_profile_writes_a_trace_that_trace_summary_reads(tmp_path):
   assert any("generate" in row["name"] for row in engine[0]["top"])
   classed = engine[0]["by_class"]   # every event in one class, so at least the top rows' time
   assert sum(classed.values()) >= sum(r["total_ms"] for r in engine[0]["top"]) - 1e-2
-  sys.path.insert(0, os.path.join(ROOT, "bench"))
-  import trace_summary
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))   # undone after the test: bench/
+  import trace_summary                                        # retrieval.py shadows retrieval/
   assert [trace_summary.kernel_class(n) for n in (
       "nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT", "cudnn_generated_fort_native_sdpa_sm90_flash_bprop",
       "paged_decode_attention", "input_reduce_fusion", "loop_transpose_fusion", "fusion")] == [
@@ -123,9 +120,9 @@ def test_profile_writes_a_trace_that_trace_summary_reads(tmp_path):
   assert empty.returncode == 2 and "no *.trace.json.gz" in empty.stderr
 
 
-def test_trace_gaps_split_by_length_and_name_the_kernels_around_long_ones():
-  sys.path.insert(0, os.path.join(ROOT, "bench"))
-  import trace_summary
+def test_trace_gaps_split_by_length_and_name_the_kernels_around_long_ones(monkeypatch):
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))   # undone after the test: bench/
+  import trace_summary                                        # retrieval.py shadows retrieval/
   ev = lambda ts, dur, name: {"ts": ts, "dur": dur, "name": name}
   evs = [ev(0, 5, "gemm.1"), ev(6, 2, "fusion.3"), ev(7, 30, "attn"),   # nested: no gap
          ev(40, 1, "fusion.9"), ev(41, 1, "while_cond"), ev(101, 4, "gemm.2"),
