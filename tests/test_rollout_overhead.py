@@ -116,7 +116,7 @@ def test_unrolled_decode_loop_gives_the_same_rollouts(model, tags, layout):
 
 
 @pytest.mark.parametrize("layout", ["dense", "paged"])
-def test_fused_head_gives_the_same_rollouts(model, tags, layout):
+def test_fused_head_gives_the_same_rollouts(model, tags, layout, monkeypatch):
   """rollout.decode_head="pallas" (the projection and the draw's block statistics in one
   kernel, sampling/head_pallas.py; interpret mode here): sampled multi-turn rollouts with
   searches, early exits and the tail shrinking to batches that are not multiples of 16 are
@@ -136,6 +136,10 @@ def test_fused_head_gives_the_same_rollouts(model, tags, layout):
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
   with pytest.raises(ValueError, match="rollout.decode_head='fused'"):
     _engine(model, None, decode_head="fused")
+  with monkeypatch.context() as m:
+    m.setattr(jax, "default_backend", lambda: "tpu")
+    with pytest.raises(ValueError, match="rollout.decode_head='pallas' is a Triton kernel"):
+      _engine(model, None, decode_head="pallas")
   eng = _engine(model, None, decode_head="pallas")
   with pytest.raises(ValueError, match="rollout.decode_head='pallas' draws without top-k"):
     eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=1.0, top_k=5,

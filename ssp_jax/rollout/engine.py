@@ -119,6 +119,10 @@ class RolloutEngine:
     if head == "pallas" and not self._unsplit("act_batch", "act_vocab", "vocab"):
       raise ValueError("rollout.decode_head='pallas' runs one unpartitioned kernel: the mesh "
                        "splits the rows or the vocabulary; use rollout.decode_head='xla'")
+    if head == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
+      raise ValueError(f"rollout.decode_head='pallas' is a Triton kernel (GPUs; interpret mode "
+                       f"on a CPU), not for {jax.default_backend()!r}; use "
+                       f"rollout.decode_head='xla'")
     if int(self.cfg.tail_min_batch) < 0:
       raise ValueError(f"rollout.tail_min_batch={self.cfg.tail_min_batch} must be >= 0 "
                        f"(the smallest batch the tail shrinks to; 0 = never shrink)")
