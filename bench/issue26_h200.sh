@@ -57,6 +57,13 @@
 #   la  l's capped run (8,192-token responses, --kv-max-tokens 1000000), cold, each in its own
 #       process, with each prefill attention in PA: wall and peak memory against weights + KV
 #       (stage a gives the cold and warm walls with the default prefill attention)
+#   hd  the decode step's head and loop (2026-12-07): the fused head alone over its row tiles
+#       (bench/head_draw.py, 0.5B and 7B widths), the draw's two mass forms
+#       (bench/sample_step.py), the dense attention kernel's knobs (bench/dense_attention.py),
+#       then 0.5B single turn (dense, pallas_rope) with rollout.decode_head xla / pallas x
+#       rollout.decode_unroll 1 / 4, and a profile of each
+#   hdm m's paged multi-turn run (0.5B) with decode_head xla / pallas x decode_unroll 1 / 2
+#   hd7 7B single turn (dense, pallas_rope) with decode_head xla / pallas
 # Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
 # directory, default /tmp/issue26_prof: traces are many files, so not under OUT), T (seconds a
 # run may take, default 240).
@@ -285,6 +292,21 @@ for s in $STAGES; do
       T=${T:-420} run rk7_ab $B --presets qwen2.5-7b --kv-layout paged --multiturn \
         --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
         --paged-attention pallas_rope,pallas ;;
+    hd)   # the head and the loop: the pieces alone, then the 0.5B single-turn step
+      T=${T:-90} run hd_head $PY bench/head_draw.py --widths 896,3584 --grid rows --sampling t1
+      T=${T:-60} run hd_draw $PY bench/sample_step.py --iters 30
+      T=${T:-150} run hd_att $PY bench/dense_attention.py --shapes 0.5b --lengths single,multi
+      T=${T:-200} run hd_dense $B --presets qwen2.5-0.5b --kv-layout dense --repeats 3 \
+        --decode-attention pallas_rope --decode-unroll 1,4 --decode-head xla,pallas \
+        --profile "$PROF/hd"
+      timeout 120 $PY bench/trace_summary.py "$PROF/hd" --top 30 > "$OUT/hd_trace.jsonl" ;;
+    hdm)
+      T=${T:-360} run hdm_paged $B --presets qwen2.5-0.5b --kv-layout paged --no-single \
+        --multiturn --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 \
+        --paged-attention pallas --decode-unroll 1,2 --decode-head xla,pallas ;;
+    hd7)
+      T=${T:-300} run hd7_dense $B --presets qwen2.5-7b --kv-layout dense --repeats 1 \
+        --decode-attention pallas_rope --decode-head xla,pallas ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done
