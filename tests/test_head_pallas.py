@@ -116,3 +116,27 @@ def test_decode_loop_with_the_fused_head_holds_no_logits_on_gpus(monkeypatch):
     text = jax.jit(f).trace(st).lower(lowering_platforms=("cuda",)).as_text()
     assert ("head_block_stats" in text) == (head == "pallas")
     assert bool(logits.search(text)) == (head == "xla"), head
+
+
+def test_rollout_config_names_a_bad_decode_head_before_any_model_loads():
+  """check_rollout_config (run before the index and the model): an unknown head, the fused
+  head with a top-k / top-p cut or the gumbel sampler (sampled), a decode_unroll below 1."""
+  from ssp_jax.config_ranges import RangeError
+  from ssp_jax.rollout.config import check_rollout_config, get_rollout_config
+  rc = get_rollout_config()
+  rc.decode_head = "pallas"
+  check_rollout_config(rc)                     # the defaults: no cut, inverse_cdf
+  for field, value in (("top_k", 20), ("top_p", 0.9), ("sampler", "gumbel")):
+    bad = get_rollout_config()
+    bad.decode_head, bad[field] = "pallas", value
+    with pytest.raises(ValueError, match="rollout.decode_head='pallas' draws without top-k"):
+      check_rollout_config(bad)
+    bad.temperature = 0.0                      # greedy takes the argmax: no cut to apply
+    check_rollout_config(bad)
+  rc.decode_head = "fused"
+  with pytest.raises(ValueError, match="rollout.decode_head='fused' unknown"):
+    check_rollout_config(rc)
+  rc = get_rollout_config()
+  rc.decode_unroll = 0
+  with pytest.raises(RangeError, match="decode_unroll"):
+    check_rollout_config(rc)

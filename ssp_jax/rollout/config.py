@@ -101,6 +101,7 @@ def check_rollout_config(c: ml_collections.ConfigDict) -> None:
   r("prefill_piece", 1)
   r("prefill_tokens", 1)
   r("steps_per_call", 1)
+  r("decode_unroll", 1, note="1 = one step a loop iteration")
   r("refill_fraction", 0, 1, low_open=True)
   r("tail_min_batch", 0, note="0 = never shrink")
   r("page_size", 1)
@@ -119,7 +120,16 @@ def check_rollout_config(c: ml_collections.ConfigDict) -> None:
   threads(c.compile_ahead, backend="cpu")   # ValueError naming the field for a bad value
   # the engine checks these too; here a bad name stops a run before the index and the model
   from ssp_jax.sampling.paged_prefill import PREFILL_ATTN
+  from ssp_jax.sampling.loop import HEADS
   for name, ok in (("kv_layout", ("dense", "paged", "auto")), ("kv_pool", ("fixed", "grow")),
-                   ("prefill_attention", PREFILL_ATTN + ("auto",))):
-    if c.get(name, ok[-1]) not in ok:
+                   ("prefill_attention", PREFILL_ATTN + ("auto",)), ("decode_head", HEADS)):
+    if c.get(name, ok[0]) not in ok:
       raise ValueError(f"rollout.{name}={c.get(name)!r} unknown; use one of {ok}")
+  sampled = float(c.get("temperature", 1.0)) > 0
+  cut = int(c.get("top_k", 0)) > 0 or float(c.get("top_p", 1.0)) < 1.0
+  if c.get("decode_head", "xla") == "pallas" and sampled and (
+      cut or c.get("sampler", "inverse_cdf") != "inverse_cdf"):
+    raise ValueError("rollout.decode_head='pallas' draws without top-k / top-p and with "
+                     "rollout.sampler='inverse_cdf' (the kernel never holds a whole row of "
+                     "logits); set rollout.top_k=0, rollout.top_p=1.0 and the sampler, or "
+                     "rollout.decode_head='xla'")
