@@ -15,8 +15,8 @@ from ssp_jax.rollout import RolloutEngine, get_rollout_config
 from ssp_jax.rollout import ahead
 from ssp_jax.testing.small_retriever import SmallBM25Retriever
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "bench"))
+# appended, not first: bench/retrieval.py must not shadow the retrieval package
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 from sampler import SyntheticTokenizer  # noqa: E402
 
 # A shape no other test compiles, so the first call here starts from an empty cache.
@@ -24,7 +24,7 @@ CFG = ModelConfig(model_type="qwen2", vocab_size=96, hidden_size=24, intermediat
                   num_layers=2, num_heads=4, num_kv_heads=2, head_dim=6)
 
 
-def _engine(compile_ahead, **kw) -> RolloutEngine:
+def _engine(compile_ahead, cfg=CFG, **kw) -> RolloutEngine:
   rc = get_rollout_config()
   rc.update(dict(dtype="float32", cache_dtype="float32", batch_size=8, max_prompt_tokens=12,
                  max_response_tokens=120, steps_per_call=16, max_obs_tokens=24,
@@ -32,7 +32,7 @@ def _engine(compile_ahead, **kw) -> RolloutEngine:
                  prefill_piece=8, prefill_tokens=128, tail_min_batch=2, temperature=1.0,
                  compile_ahead=compile_ahead))
   rc.update(kw)
-  return RolloutEngine(CFG, SyntheticTokenizer(CFG.vocab_size, search_every=16), rc,
+  return RolloutEngine(cfg, SyntheticTokenizer(cfg.vocab_size, search_every=16), rc,
                        SmallBM25Retriever())
 
 
@@ -173,3 +173,19 @@ def test_no_prompts_plan_nothing():
   params = models.init_params(CFG, jax.random.key(0))
   trajs, stats = _engine(2).generate(params, [], jax.random.key(1))
   assert trajs == [] and "ahead_compiled" not in stats
+
+
+def test_fused_head_programs_are_compiled_ahead_too():
+  """rollout.decode_head="pallas" reaches the compile-ahead plan: every decode loop the call
+  runs was compiled ahead (one compiled on the calling thread would be a program the plan got
+  wrong, e.g. with the XLA head)."""
+  cfg = ModelConfig(model_type="qwen2", vocab_size=96, hidden_size=32, intermediate_size=40,
+                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8)   # width % 16 == 0
+  params = models.init_params(cfg, jax.random.key(0))
+  rng = np.random.default_rng(1)
+  prompts = [rng.integers(0, cfg.vocab_size, 12).tolist() for _ in range(8)]
+  _, stats = _engine(2, cfg, decode_head="pallas").generate(
+      params, prompts, jax.random.key(1), max_new_tokens=[60, 50, 40, 30, 30, 24, 24, 24])
+  by_fn = stats["compiled_functions"]
+  assert "jit(decode)" not in by_fn and by_fn.get("jit(decode) [ahead]", 0) >= 2, by_fn
+  assert stats.get("ahead_errors", 0) == 0

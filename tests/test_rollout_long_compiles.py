@@ -21,8 +21,8 @@ from ssp_jax.rollout.rows import pow2
 from ssp_jax.rollout.slots import pool_pages, table_width
 from ssp_jax.testing.small_retriever import SmallBM25Retriever
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "bench"))
+# appended, not first: bench/retrieval.py must not shadow the retrieval package
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 from sampler import SyntheticTokenizer  # noqa: E402
 
 CFG = ModelConfig(model_type="qwen2", vocab_size=128, hidden_size=32, intermediate_size=64,

@@ -16,8 +16,8 @@ from ssp_jax.testing.small_retriever import SmallBM25Retriever
 
 from test_rollout_loop import PROMPTS, _engine, model, tags  # noqa: F401 (fixtures)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "bench"))
+# appended, not first: bench/retrieval.py must not shadow the retrieval package
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 from decode_memory import decode_memory  # noqa: E402
 
 
