@@ -69,6 +69,12 @@ def test_fused_head_draws_follow_the_softmax():
   assert np.all(np.abs(freq[top] - want[top]) <= 4.5 * se + 1e-9), (freq[top], want[top])
 
 
+def test_row_tiles_are_powers_of_two_dividing_the_padded_rows():
+  """Triton's blocks are powers of two: 48 padded rows take tiles of 16, not one of 48."""
+  assert [HP._rows(B, 64) for B in (16, 32, 48, 96, 256)] == [16, 32, 16, 32, 64]
+  assert HP._rows(256, 256) == 256 and HP._rows(80, 128) == 16
+
+
 def test_eligible_and_a_clear_error_outside_it():
   assert HP.eligible(SamplingParams(1.0), 896)
   assert HP.eligible(SamplingParams(0.0, top_k=5), 896)     # greedy: no truncation

@@ -189,3 +189,5 @@ def test_fused_head_programs_are_compiled_ahead_too():
   by_fn = stats["compiled_functions"]
   assert "jit(decode)" not in by_fn and by_fn.get("jit(decode) [ahead]", 0) >= 2, by_fn
   assert stats.get("ahead_errors", 0) == 0
+  with pytest.raises(ValueError, match="multiple of 16 .* not 24"):   # CFG's width
+    _engine(2, decode_head="pallas")

@@ -119,6 +119,10 @@ class RolloutEngine:
     if head == "pallas" and not self._unsplit("act_batch", "act_vocab", "vocab"):
       raise ValueError("rollout.decode_head='pallas' runs one unpartitioned kernel: the mesh "
                        "splits the rows or the vocabulary; use rollout.decode_head='xla'")
+    if head == "pallas" and model_cfg.hidden_size % 16:
+      raise ValueError(f"rollout.decode_head='pallas' needs a hidden size that is a multiple of "
+                       f"16 (Triton's dots), not {model_cfg.hidden_size}; use "
+                       f"rollout.decode_head='xla'")
     if head == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
       raise ValueError(f"rollout.decode_head='pallas' is a Triton kernel (GPUs; interpret mode "
                        f"on a CPU), not for {jax.default_backend()!r}; use "
@@ -171,10 +175,9 @@ class RolloutEngine:
         stats=collections.Counter())
     if (str(c.get("decode_head", "xla")) == "pallas"
         and not HP.eligible(call.sampling, self.model_cfg.hidden_size)):
-      raise ValueError(f"rollout.decode_head='pallas' draws without top-k / top-p, with "
-                       f"rollout.sampler='inverse_cdf', at a hidden size that is a multiple "
-                       f"of 16 (this call: {call.sampling}, hidden size "
-                       f"{self.model_cfg.hidden_size}); use rollout.decode_head='xla'")
+      raise ValueError(f"rollout.decode_head='pallas' draws without top-k / top-p and with "
+                       f"rollout.sampler='inverse_cdf' (this call: {call.sampling}); use "
+                       f"rollout.decode_head='xla'")
     budgets = self._budgets(max_new_tokens, len(prompts))
     queue = collections.deque()
     for i, p in enumerate(prompts):

@@ -16,8 +16,8 @@ tokens can differ only where fp32 rounding moves a cumulative mass across the un
 takes the first index of the row's max, as `jnp.argmax`. Not for top-k / top-p or the gumbel
 method (they need the whole row): `eligible` says when it applies, else the caller takes the
 XLA path. Rows are padded to a multiple of 16, a vocabulary that is not a multiple of BLOCK
-with masked columns. The grid is not partitioned: unsharded decoding only. On a CPU it runs in Pallas's
-interpret mode (slow, for tests); tested against the XLA path (tests/test_head_pallas.py).
+with masked columns. The grid is not partitioned: unsharded decoding only. On a CPU it runs in
+Pallas's interpret mode (slow, for tests); tested against the XLA path (tests/test_head_pallas.py).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from jax.experimental.pallas import triton as plgpu
 from ssp_jax.sampling import methods as M
 
 BLOCK = M.BLOCK      # vocabulary entries a program (and a draw block)
-ROWS = 64            # rows a program (a power of two >= 16 dividing B; else B's largest)
+ROWS = 64            # rows a program at most (`_rows`)
 
 
 def eligible(p: M.SamplingParams, D: int) -> bool:
@@ -46,7 +46,9 @@ def eligible(p: M.SamplingParams, D: int) -> bool:
 
 
 def _rows(B: int, rows: int) -> int:
-  r = min(rows, B)
+  """Rows a program: the largest power of two <= rows that divides B (B a multiple of 16, so
+  at least 16; Triton's blocks are powers of two)."""
+  r = 1 << (min(rows, B).bit_length() - 1)
   while B % r:
     r //= 2
   return r

@@ -74,7 +74,8 @@ def _last_positive(w_BN: jax.Array) -> jax.Array:
   return jnp.max(jnp.where(w_BN > 0, idx_N, 0), axis=-1)
 
 
-BLOCK_MAX_MASSES = False   # bench/sample_step.py times both forms; see _block_masses
+BLOCK_MAX_MASSES = False   # bench/sample_step.py times both forms; see _block_masses. Read
+                           # when a draw is traced: programs already compiled keep their form
 
 
 def _block_masses(zb_BNK: jax.Array, m_B: jax.Array | None) -> tuple[jax.Array, jax.Array]:
@@ -110,9 +111,10 @@ def choose_block(e_BN: jax.Array, u_B: jax.Array) -> tuple[jax.Array, jax.Array,
 def choose_in_block(zj_BK: jax.Array, m_B: jax.Array, left_B: jax.Array) -> jax.Array:
   """The second half: the entry of the chosen block (its z values zj_BK, on the scale of
   exp(z - m_B)) whose cumulative mass passes left_B; never one of zero mass."""
-  c_BK = jnp.cumsum(jnp.exp(zj_BK - m_B[:, None]), axis=-1)
+  p_BK = jnp.exp(zj_BK - m_B[:, None])
+  c_BK = jnp.cumsum(p_BK, axis=-1)
   return jnp.minimum(jnp.sum((c_BK <= left_B[:, None]).astype(jnp.int32), axis=-1),
-                     _last_positive(jnp.exp(zj_BK - m_B[:, None])))
+                     _last_positive(p_BK))
 
 
 def _inverse_cdf(zb_BNK: jax.Array, m_B: jax.Array | None, u_B: jax.Array
