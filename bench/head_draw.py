@@ -28,12 +28,12 @@ import numpy as np
 from ssp_jax.sampling import head_pallas as HP
 from ssp_jax.sampling.methods import SamplingParams, sample_next
 
-DEFAULT = {"rows": HP.ROWS, "num_warps": 4, "num_stages": 2}
+DEFAULT = {"rows": HP.ROWS, "num_warps": HP.NUM_WARPS, "num_stages": 2}
 GRIDS = {"default": [DEFAULT],
          "rows": [{"rows": r, "num_warps": w, "num_stages": 2}
                   for r, w in itertools.product((64, 128, 256), (4, 8))],
          "sweep": [{"rows": r, "num_warps": w, "num_stages": s}
-                   for r, w, s in itertools.product((32, 64, 128, 256), (4, 8), (2, 3))]}
+                   for r, w, s in itertools.product((64, 128, 256), (4, 8, 16), (2, 3))]}
 SAMPLING = {"t1": SamplingParams(1.0), "greedy": SamplingParams(0.0)}
 
 

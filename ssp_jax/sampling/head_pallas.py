@@ -33,7 +33,8 @@ from jax.experimental.pallas import triton as plgpu
 from ssp_jax.sampling import methods as M
 
 BLOCK = M.BLOCK      # vocabulary entries a program (and a draw block)
-ROWS = 64            # rows a program at most (`_rows`)
+ROWS = 256           # rows a program at most (`_rows`); 256 and 8 warps were the fastest on an
+NUM_WARPS = 8        # H100 at widths 896 and 3,584 (bench/head_draw.py, 2026-12-07)
 
 
 def eligible(p: M.SamplingParams, D: int) -> bool:
@@ -83,7 +84,7 @@ def _kernel(h_ref, w_ref, m_ref, s_ref, *a_ref, inv_t: float, chunk: int, vocab:
 @functools.partial(jax.jit, static_argnames=("inv_t", "greedy", "interpret", "rows",
                                              "num_warps", "num_stages", "vocab"))
 def block_stats(h_BD: jax.Array, w_DV: jax.Array, *, inv_t: float = 1.0, greedy: bool = False,
-                interpret: bool = False, rows: int = ROWS, num_warps: int = 4,
+                interpret: bool = False, rows: int = ROWS, num_warps: int = NUM_WARPS,
                 num_stages: int = 2, vocab: int | None = None) -> tuple[jax.Array, ...]:
   """(m_NB, s_NB[, a_NB]) float32 (int32): per vocabulary block n of BLOCK entries and row b,
   the max of z = (h_BD @ w_DV)[b, block n] * inv_t, the sum of exp(z - that max), and
