@@ -34,7 +34,7 @@ from ssp_jax.sampling import dense_pallas as DP
 
 SHAPES = {"0.5b": (2, 7, 64), "7b": (4, 7, 128), "tiny": (2, 3, 16)}   # K, G, H
 LENGTHS = {"single": (384, 384, 384), "multi": (128, 1665, 1680), "long": (128, 8192, 8208)}
-DEFAULT = {"splits": None, "num_warps": 4, "num_stages": 2, "max_block": DP.MAX_BLOCK}
+DEFAULT = {"splits": None, "num_warps": None, "num_stages": None, "max_block": None}   # default_knobs
 GRIDS = {
     "default": [DEFAULT],
     "sweep": [{"splits": sp, "num_warps": w, "num_stages": st, "max_block": mb}

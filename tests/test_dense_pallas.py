@@ -156,13 +156,15 @@ def _rope_case(B, K, G, H, dtype, pos, seed=5):
                                               (jnp.bfloat16, 3e-2, 1.6e-2)])
 @pytest.mark.parametrize("K,G,H,S_,splits,max_block", [
     (2, 7, 64, 48, 1, 128), (2, 7, 64, 384, 3, 128), (4, 4, 128, 128, None, 128),
-    (1, 16, 32, 64, 2, 128), (2, 7, 64, 384, 2, 64), (2, 7, 64, 96, 1, 32)])
+    (1, 16, 32, 64, 2, 128), (2, 7, 64, 384, 2, 64), (2, 7, 64, 96, 1, 32),
+    (4, 4, 128, 256, 1, None)])
 def test_kernel_with_rope_equals_rope_in_xla(K, G, H, S_, splits, max_block, dtype, atol, katol):
   """dense_attention_write_qkv (the decode step's "pallas_rope": heads split and RoPE applied in the
   kernel) == split_rope in XLA, then dense_attention_write ("pallas"): the outputs, and
   the caches (the token stored at pos, roped; bf16 may round one step apart: the kernel ropes
   in fp32 and rounds once). G = 16 leaves no padded query row; max_block < 128 (a
-  bench/dense_attention.py knob) loops over more, smaller blocks."""
+  bench/dense_attention.py knob) loops over more, smaller blocks; None takes `default_knobs`
+  (at H = 128: 64-slot blocks)."""
   B = 4
   pos = jnp.asarray([0, 17, S_ - 1, S_ // 2], jnp.int32)
   qkv, cos, sin = _rope_case(B, K, G, H, dtype, pos)

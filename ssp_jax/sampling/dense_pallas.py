@@ -49,7 +49,19 @@ from jax.experimental.pallas import triton as plgpu
 from models import layers as L_
 
 MIN_PROGRAMS = 512   # split the slots until B * K * splits reaches this (H200: 132 SMs)
-MAX_BLOCK = 128      # slots per loop iteration (at most)
+MAX_BLOCK = 128      # slots per loop iteration (at most; `default_knobs` lowers it for wide heads)
+LONG_CACHE = 1024    # caches of at least this many slots run 2 warps a program (`default_knobs`)
+
+
+def default_knobs(S: int, H: int) -> tuple[int, int, int]:
+  """(num_warps, num_stages, max_block) for a cache of S slots and head size H: three pipeline
+  stages; blocks of at most 8,192 K (and V) elements (128 slots at H = 64, 64 at H = 128); 4
+  warps a program, 2 from LONG_CACHE slots on. The fastest settings of bench/dense_attention.py
+  on an H100 (2026-12-07, 256 rows): Qwen2.5-0.5B and -7B heads at a 384-slot cache and a
+  1,680-slot one (rows at 128..1,665): 37.7 / 87.3 us (0.5B) and 100.5 / 237.5 us (7B) a layer
+  against 40.8 / 125.1 and 102.4 / 304.2 with the earlier 4 warps, 2 stages, 128-slot blocks.
+  Between 384 and 1,680 slots the switch of warps is not measured."""
+  return (2 if S >= LONG_CACHE else 4), 3, min(MAX_BLOCK, max(16, 8192 // H))
 
 
 def _dot(a, b, contract_b: int, exact: bool):
@@ -236,15 +248,15 @@ def dense_attention_write(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Arra
 def dense_attention_write_qkv(qkv_BRH: jax.Array, cos_BH: jax.Array, sin_BH: jax.Array,
                               k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array, *,
                               num_heads: int, interpret: bool = False,
-                              splits: int | None = None, num_warps: int = 4,
-                              num_stages: int = 2, max_block: int = MAX_BLOCK
+                              splits: int | None = None, num_warps: int | None = None,
+                              num_stages: int | None = None, max_block: int | None = None
                               ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """`dense_attention_write` from the layer's fused q/k/v projection qkv_BRH [B, N + 2K, H]
   (bias added, no RoPE yet) and the rows' RoPE cos_BH, sin_BH [B, H]: the kernel splits the
   heads, applies RoPE and the 1/sqrt(H) scale itself (`rope_inputs`), so no XLA kernel runs
   between the projection's GEMM and it. Returns attention [B, K, G, H] in qkv's dtype.
   num_warps, num_stages (Triton's) and max_block (slots a loop iteration reads at most): the
-  tuning knobs bench/dense_attention.py sweeps."""
+  tuning knobs bench/dense_attention.py sweeps; None: `default_knobs`."""
   if k_BKSH.shape[2] % 16:
     q, k, v = split_rope(qkv_BRH, cos_BH, sin_BH, num_heads)
     return dense_attention_write(q, k_BKSH, v_BKSH, pos_B, k, v, interpret=interpret,
@@ -255,11 +267,11 @@ def dense_attention_write_qkv(qkv_BRH: jax.Array, cos_BH: jax.Array, sin_BH: jax
 
 
 def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array,
-                    *, interpret: bool = False, splits: int | None = None, num_warps: int = 4,
-                    num_stages: int = 2) -> jax.Array:
+                    *, interpret: bool = False, splits: int | None = None,
+                    num_warps: int | None = None, num_stages: int | None = None) -> jax.Array:
   """Softmax over slots s <= pos_B[b] of q.k / sqrt(H), times V, in fp32; returns [B, K, G, H]
   in q's dtype. splits: None = `choose_splits`; else shares of S // splits slots, a multiple of
-  16 (the loop's block is gcd(share, MAX_BLOCK))."""
+  16 (the loop's block is gcd(share, max_block); the knobs of `default_knobs`)."""
   return _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, None, None, interpret=interpret,
                           splits=splits, num_warps=num_warps, num_stages=num_stages)
 
@@ -267,8 +279,9 @@ def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos
 @functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages",
                                              "num_heads", "max_block"))
 def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret: bool = False,
-                     splits: int | None = None, num_warps: int = 4, num_stages: int = 2,
-                     num_heads: int | None = None, max_block: int = MAX_BLOCK):
+                     splits: int | None = None, num_warps: int | None = None,
+                     num_stages: int | None = None, num_heads: int | None = None,
+                     max_block: int | None = None):
   """The pallas_call of all three: kn_BKH / vn_BKH None (attend over slots <= pos), the new
   token's K/V (attend before pos plus it, store it; returns (out, k, v)), or, with num_heads,
   q_BKGH is the fused projection [B, N + 2K, H] and kn_BKH, vn_BKH are RoPE's cos, sin [B, H]
@@ -281,6 +294,10 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
     pad = ((0, 0), (0, 0), (0, -S % 16), (0, 0))
     k_BKSH, v_BKSH = jnp.pad(k_BKSH, pad), jnp.pad(v_BKSH, pad)
     S = k_BKSH.shape[2]
+  nw, ns, mb = default_knobs(S, H)
+  num_warps = nw if num_warps is None else num_warps
+  num_stages = ns if num_stages is None else num_stages
+  max_block = mb if max_block is None else max_block
   splits = choose_splits(B, K, S, max_block) if splits is None else splits
   if S % splits or (S // splits) % 16:
     raise ValueError(f"splits={splits}: must split the {S} slots into multiples of 16")
