@@ -64,6 +64,11 @@
 #       rollout.decode_unroll 1 / 4, and a profile of each
 #   hdm m's paged multi-turn run (0.5B) with decode_head xla / pallas x decode_unroll 1 / 2
 #   hd7 7B single turn (dense, pallas_rope) with decode_head xla / pallas
+#   hdk the dense kernel's knobs in the loop (2026-12-07, fifth session): 0.5B single turn
+#       (decode_head xla / pallas) and m's shape on the dense layout, each with
+#       dense_pallas.default_knobs and with the earlier fixed settings (--dense-knobs 4,2,128)
+#   hdp the paged kernel's knobs alone (bench/paged_attention.py --sweep: 2 / 4 / 8 warps,
+#       2 / 3 stages, 64 / 128 / 256-slot blocks; 0.5B and 7B heads, 256 rows)
 # Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
 # directory, default /tmp/issue26_prof: traces are many files, so not under OUT), T (seconds a
 # run may take, default 240).
@@ -307,6 +312,19 @@ for s in $STAGES; do
     hd7)
       T=${T:-300} run hd7_dense $B --presets qwen2.5-7b --kv-layout dense --repeats 1 \
         --decode-attention pallas_rope --decode-head xla,pallas ;;
+    hdk)
+      for kn in default 4,2,128; do
+        T=${T:-120} run hdk_single_$kn $B --presets qwen2.5-0.5b --kv-layout dense --repeats 3 \
+          --decode-attention pallas_rope --decode-head xla,pallas --dense-knobs $kn
+      done
+      for kn in default 4,2,128; do
+        T=${T:-240} run hdk_mdense_$kn $B --presets qwen2.5-0.5b --kv-layout dense --no-single \
+          --multiturn --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
+          --decode-attention pallas_rope --dense-knobs $kn
+      done ;;
+    hdp)
+      T=${T:-300} run hdp_sweep $PY bench/paged_attention.py --sweep --shapes 0.5b,7b \
+        --batches 256 --lengths single,multi --programs 1024 --repeats 5 ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done

@@ -103,8 +103,11 @@ def main(argv=None) -> int:
   a.add_argument("--iters", type=int, default=24, help="layers a timed loop runs")
   a.add_argument("--repeats", type=int, default=10)
   a.add_argument("--sweep", action="store_true",
-                 help="the fused kernel only, over num_warps x num_stages x max_block x "
-                 "min_programs")
+                 help="the fused kernel only, over --warps x --stages x --blocks x --programs")
+  a.add_argument("--warps", default="2,4,8", help="--sweep: num_warps values")
+  a.add_argument("--stages", default="2,3", help="--sweep: num_stages values")
+  a.add_argument("--blocks", default="64,128,256", help="--sweep: max_block values (slots)")
+  a.add_argument("--programs", default="512,1024,2048", help="--sweep: min_programs values")
   args = a.parse_args(argv)
   dtype = jnp.dtype(args.dtype)
   if args.sweep:
@@ -140,7 +143,9 @@ def main(argv=None) -> int:
 
 def sweep(args, dtype) -> int:
   import itertools
-  grid = list(itertools.product((4, 8), (2, 3), (128, 256), (512, 1024, 2048)))
+  ints = lambda v: [int(x) for x in v.split(",")]
+  grid = list(itertools.product(ints(args.warps), ints(args.stages), ints(args.blocks),
+                                ints(args.programs)))
   for shape in args.shapes.split(","):
     K, G, H = SHAPES[shape]
     for B in (int(b) for b in args.batches.split(",")):

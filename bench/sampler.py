@@ -55,11 +55,13 @@ import numpy as np
 import models
 from models.config import ModelConfig
 from ssp_jax import sampling as S
+from ssp_jax.sampling import dense_pallas as DP
 
 ATTN = "einsum"   # --decode-attention (dense layout)
 PAGED_ATTN = "gather"   # --paged-attention (paged layout)
 UNROLL = 1   # --decode-unroll: decode steps per while-loop iteration
 HEAD = "xla"   # --decode-head: the step's projection to the vocabulary and draw
+DENSE_KNOBS = "default"   # --dense-knobs: the dense decode kernel's Triton settings, this process
 TINY = ModelConfig(model_type="qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 
@@ -125,7 +127,7 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
           "ms_per_step": round(1000 * dec / N, 3), "kv_layout": layout, "fused_proj": FUSE,
           "prng": jax.config.jax_default_prng_impl,
           "decode_attention": ATTN if layout == "dense" else PAGED_ATTN, "decode_unroll": UNROLL,
-          "decode_head": HEAD}
+          "decode_head": HEAD, "dense_knobs": DENSE_KNOBS}
 
 
 class SyntheticTokenizer:
@@ -251,7 +253,7 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
           "prompt_len": P, "max_response_tokens": max_new, "max_obs_tokens": max_obs,
           "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "kv_layout": layout, "decode_attention": eng.cfg.decode_attention,
-          "decode_unroll": UNROLL, "decode_head": HEAD,
+          "decode_unroll": UNROLL, "decode_head": HEAD, "dense_knobs": DENSE_KNOBS,
           "prefill_attention": eng.cfg.get("prefill_attention", "xla"), **res,
           **prefill_rates(cfg, res["engine_stats"]),
           "single_turn_decode_tok_s": single_tok_s,
@@ -463,6 +465,10 @@ def main(argv=None) -> int:
   p.add_argument("--decode-head", default="xla",
                  help="the step's projection and draw (rollout.decode_head): xla | pallas (one "
                       "kernel, the logits never stored); a comma list compares them")
+  p.add_argument("--dense-knobs", default="default", metavar="W,S,B",
+                 help="the dense decode kernel's num_warps, num_stages, max_block for every "
+                      "cache in this process, in place of dense_pallas.default_knobs (to time "
+                      "settings in the loop; one setting a process: the kernel is traced once)")
   p.add_argument("--kv-layout", default="dense", help="dense | paged; a comma list compares them")
   p.add_argument("--paged-attention", default=None,
                  help="paged layout: gather | pallas (fused, sampling/paged_pallas.py) | "
@@ -500,7 +506,7 @@ def main(argv=None) -> int:
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
   global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE, COMPILE_AHEAD, PREFILL_ATTN
-  global UNROLL, HEAD
+  global UNROLL, HEAD, DENSE_KNOBS
   WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE = a.warmup, a.profile, a.tail_min_batch, a.fuse
   COMPILE_AHEAD, PREFILL_ATTN = a.compile_ahead, a.prefill_attention
   if a.prng:
@@ -512,6 +518,15 @@ def main(argv=None) -> int:
   if min(unrolls) < 1:
     p.error(f"--decode-unroll {a.decode_unroll!r}: decode steps per loop iteration, integers "
             f">= 1 (a comma list compares them)")
+  if a.dense_knobs != "default":
+    try:
+      knobs = tuple(int(x) for x in a.dense_knobs.split(","))
+      assert len(knobs) == 3 and min(knobs) >= 1
+    except (ValueError, AssertionError):
+      p.error(f"--dense-knobs {a.dense_knobs!r}: three positive integers W,S,B (num_warps, "
+              f"num_stages, max_block), or default")
+    DENSE_KNOBS = a.dense_knobs
+    DP.default_knobs = lambda S, H: knobs
   heads = a.decode_head.split(",")
   if not set(heads) <= set(S.HEADS):
     p.error(f"--decode-head {a.decode_head!r}: a comma list of {S.HEADS}")

@@ -38,6 +38,19 @@ def test_tiny_multiturn_prints_vs_single_turn_for_both_layouts():
       assert l["kv_pool_bytes"] >= l["kv_bytes_estimate"] > 0
 
 
+def test_dense_knobs_override_reaches_the_lines_and_bad_ones_exit_2():
+  """--dense-knobs W,S,B times the dense kernel with other Triton settings (one a process); the
+  lines say which; anything but three positive integers is an error naming the flag."""
+  r = _bench("--tiny", "--dense-knobs", "4,2", "--peer", "none")
+  assert r.returncode == 2 and "--dense-knobs '4,2'" in r.stderr.strip().splitlines()[-1]
+  r = _bench("--tiny", "--dense-knobs", "4,2,16", "--decode-attention", "pallas_rope",
+             "--peer", "none", "--repeats", "1")
+  assert r.returncode == 0, r.stderr[-2000:]
+  lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+  single = [l for l in lines if l["bench"] == "sampler_single_turn"]
+  assert single and all(l["dense_knobs"] == "4,2,16" and l["decode_tok_s"] > 0 for l in single)
+
+
 def test_peer_tunix_without_tunix_is_a_one_line_error():
   r = _bench("--tiny", "--peer", "tunix", "--no-single")
   try:
