@@ -51,6 +51,19 @@ def test_dense_knobs_override_reaches_the_lines_and_bad_ones_exit_2():
   assert single and all(l["dense_knobs"] == "4,2,16" and l["decode_tok_s"] > 0 for l in single)
 
 
+def test_dense_knobs_replace_the_kernels_defaults_in_the_process(monkeypatch):
+  """The flag installs its settings where the kernel reads them (dense_pallas.default_knobs),
+  for every cache length and head size."""
+  from ssp_jax.sampling import dense_pallas as DP
+  monkeypatch.setattr(DP, "default_knobs", DP.default_knobs)   # restored after the test
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+  import sampler as bench_sampler
+  assert DP.default_knobs(384, 64) == (4, 3, 128) and DP.default_knobs(1680, 128) == (2, 3, 64)
+  assert bench_sampler.main(["--tiny", "--no-single", "--peer", "none",
+                             "--dense-knobs", "8,1,32"]) == 0
+  assert DP.default_knobs(384, 64) == DP.default_knobs(1680, 128) == (8, 1, 32)
+
+
 def test_peer_tunix_without_tunix_is_a_one_line_error():
   r = _bench("--tiny", "--peer", "tunix", "--no-single")
   try:
