@@ -69,6 +69,12 @@
 #       dense_pallas.default_knobs and with the earlier fixed settings (--dense-knobs 4,2,128)
 #   hdp the paged kernel's knobs alone (bench/paged_attention.py --sweep: 2 / 4 / 8 warps,
 #       2 / 3 stages, 64 / 128 / 256-slot blocks; 0.5B and 7B heads, 256 rows)
+#   hpk the paged kernel's knobs in the loop (2026-12-07, sixth session): m's paged multi-turn
+#       run (pallas_rope) with paged_pallas.default_knobs and with 2 warps, 2 stages, 64-slot
+#       blocks (--paged-knobs 2,2,64, the sweep's best overall), in both orders
+#   hdo the decode kernels writing [B, N, H] directly (--direct-out on) against the padded tile
+#       XLA slices (off), each in its own process and in both orders: 0.5B single turn (dense,
+#       pallas_rope, both heads) and m's paged multi-turn run (pallas_rope)
 # Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
 # directory, default /tmp/issue26_prof: traces are many files, so not under OUT), T (seconds a
 # run may take, default 240).
@@ -85,10 +91,10 @@ mkdir -p "$OUT"
 export PYTHONPATH="${EXTRA_PYTHONPATH:+$EXTRA_PYTHONPATH:}$PWD"
 export PYTHONUNBUFFERED=1
 B="$PY bench/sampler.py --batches 256 --repeats 2 --peer none"
-run() {   # name, then the command; its lines go to OUT/name.jsonl and stdout
+run() {   # name, then the command; its lines are appended to OUT/name.jsonl and go to stdout
   local name=$1; shift
   echo "== $name: $*" >&2
-  timeout "${T:-240}" "$@" 2> >(tail -5 >&2) | tee "$OUT/$name.jsonl"
+  timeout "${T:-240}" "$@" 2> >(tail -5 >&2) | tee -a "$OUT/$name.jsonl"
 }
 PROF=${PROF:-/tmp/issue26_prof}
 CB="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
@@ -314,17 +320,33 @@ for s in $STAGES; do
         --decode-attention pallas_rope --decode-head xla,pallas ;;
     hdk)
       for kn in default 4,2,128; do
-        T=${T:-120} run hdk_single_$kn $B --presets qwen2.5-0.5b --kv-layout dense --repeats 3 \
+        T=${T:-120} run "hdk_single_${kn//,/_}" $B --presets qwen2.5-0.5b --kv-layout dense --repeats 3 \
           --decode-attention pallas_rope --decode-head xla,pallas --dense-knobs $kn
       done
       for kn in default 4,2,128; do
-        T=${T:-240} run hdk_mdense_$kn $B --presets qwen2.5-0.5b --kv-layout dense --no-single \
+        T=${T:-240} run "hdk_mdense_${kn//,/_}" $B --presets qwen2.5-0.5b --kv-layout dense --no-single \
           --multiturn --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
           --decode-attention pallas_rope --dense-knobs $kn
       done ;;
     hdp)
       T=${T:-300} run hdp_sweep $PY bench/paged_attention.py --sweep --shapes 0.5b,7b \
         --batches 256 --lengths single,multi --programs 1024 --repeats 5 ;;
+    hpk)
+      for kn in default 2,2,64 2,2,64 default; do
+        T=${T:-240} run "hpk_mpaged_${kn//,/_}" $B --presets qwen2.5-0.5b --kv-layout paged \
+          --no-single --multiturn --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 \
+          --repeats 1 --paged-attention pallas_rope --paged-knobs $kn
+      done ;;
+    hdo)
+      for d in off on on off; do
+        T=${T:-120} run hdo_single_$d $B --presets qwen2.5-0.5b --kv-layout dense --repeats 3 \
+          --decode-attention pallas_rope --decode-head xla,pallas --direct-out $d
+      done
+      for d in off on; do
+        T=${T:-240} run hdo_mpaged_$d $B --presets qwen2.5-0.5b --kv-layout paged --no-single \
+          --multiturn --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
+          --paged-attention pallas_rope --direct-out $d
+      done ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done

@@ -56,12 +56,14 @@ import models
 from models.config import ModelConfig
 from ssp_jax import sampling as S
 from ssp_jax.sampling import dense_pallas as DP
+from ssp_jax.sampling import paged_pallas as PP
 
 ATTN = "einsum"   # --decode-attention (dense layout)
 PAGED_ATTN = "gather"   # --paged-attention (paged layout)
 UNROLL = 1   # --decode-unroll: decode steps per while-loop iteration
 HEAD = "xla"   # --decode-head: the step's projection to the vocabulary and draw
 DENSE_KNOBS = "default"   # --dense-knobs: the dense decode kernel's Triton settings, this process
+PAGED_KNOBS = "default"   # --paged-knobs: the paged decode kernel's, this process
 TINY = ModelConfig(model_type="qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 
@@ -127,7 +129,8 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
           "ms_per_step": round(1000 * dec / N, 3), "kv_layout": layout, "fused_proj": FUSE,
           "prng": jax.config.jax_default_prng_impl,
           "decode_attention": ATTN if layout == "dense" else PAGED_ATTN, "decode_unroll": UNROLL,
-          "decode_head": HEAD, "dense_knobs": DENSE_KNOBS}
+          "decode_head": HEAD, "dense_knobs": DENSE_KNOBS,
+          "paged_knobs": PAGED_KNOBS, "direct_out": DP.DIRECT_OUT}
 
 
 class SyntheticTokenizer:
@@ -254,6 +257,7 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
           "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "kv_layout": layout, "decode_attention": eng.cfg.decode_attention,
           "decode_unroll": UNROLL, "decode_head": HEAD, "dense_knobs": DENSE_KNOBS,
+          "paged_knobs": PAGED_KNOBS, "direct_out": DP.DIRECT_OUT,
           "prefill_attention": eng.cfg.get("prefill_attention", "xla"), **res,
           **prefill_rates(cfg, res["engine_stats"]),
           "single_turn_decode_tok_s": single_tok_s,
@@ -442,6 +446,19 @@ def _report(name, bench, layout, run, cfg, dtype):
         flush=True)
 
 
+def _knobs(p, flag: str, value: str) -> tuple[int, int, int] | None:
+  """A --*-knobs value: None for "default", else three positive integers (exit 2 otherwise)."""
+  if value == "default":
+    return None
+  try:
+    knobs = tuple(int(x) for x in value.split(","))
+    assert len(knobs) == 3 and min(knobs) >= 1
+  except (ValueError, AssertionError):
+    p.error(f"{flag} {value!r}: three positive integers W,S,B (num_warps, num_stages, "
+            f"max_block), or default")
+  return knobs
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--presets", default="qwen2.5-0.5b,qwen2.5-7b")
@@ -469,6 +486,13 @@ def main(argv=None) -> int:
                  help="the dense decode kernel's num_warps, num_stages, max_block for every "
                       "cache in this process, in place of dense_pallas.default_knobs (to time "
                       "settings in the loop; one setting a process: the kernel is traced once)")
+  p.add_argument("--paged-knobs", default="default", metavar="W,S,B",
+                 help="the paged decode kernel's num_warps, num_stages, max_block in this "
+                      "process, in place of paged_pallas.default_knobs (as --dense-knobs)")
+  p.add_argument("--direct-out", choices=("default", "on", "off"), default="default",
+                 help="the Pallas decode kernels (dense and paged) write each KV head's real "
+                      "query rows straight into [B, N, H] (on) or a padded tile that XLA slices "
+                      "(off), in this process; default: dense_pallas.DIRECT_OUT")
   p.add_argument("--kv-layout", default="dense", help="dense | paged; a comma list compares them")
   p.add_argument("--paged-attention", default=None,
                  help="paged layout: gather | pallas (fused, sampling/paged_pallas.py) | "
@@ -506,7 +530,7 @@ def main(argv=None) -> int:
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
   global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE, COMPILE_AHEAD, PREFILL_ATTN
-  global UNROLL, HEAD, DENSE_KNOBS
+  global UNROLL, HEAD, DENSE_KNOBS, PAGED_KNOBS
   WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE = a.warmup, a.profile, a.tail_min_batch, a.fuse
   COMPILE_AHEAD, PREFILL_ATTN = a.compile_ahead, a.prefill_attention
   if a.prng:
@@ -518,15 +542,16 @@ def main(argv=None) -> int:
   if min(unrolls) < 1:
     p.error(f"--decode-unroll {a.decode_unroll!r}: decode steps per loop iteration, integers "
             f">= 1 (a comma list compares them)")
-  if a.dense_knobs != "default":
-    try:
-      knobs = tuple(int(x) for x in a.dense_knobs.split(","))
-      assert len(knobs) == 3 and min(knobs) >= 1
-    except (ValueError, AssertionError):
-      p.error(f"--dense-knobs {a.dense_knobs!r}: three positive integers W,S,B (num_warps, "
-              f"num_stages, max_block), or default")
+  dense_knobs = _knobs(p, "--dense-knobs", a.dense_knobs)
+  if dense_knobs:
     DENSE_KNOBS = a.dense_knobs
-    DP.default_knobs = lambda S, H: knobs
+    DP.default_knobs = lambda S, H: dense_knobs
+  paged_knobs = _knobs(p, "--paged-knobs", a.paged_knobs)
+  if paged_knobs:
+    PAGED_KNOBS = a.paged_knobs
+    PP.default_knobs = lambda H: paged_knobs
+  if a.direct_out != "default":
+    DP.DIRECT_OUT = a.direct_out == "on"
   heads = a.decode_head.split(",")
   if not set(heads) <= set(S.HEADS):
     p.error(f"--decode-head {a.decode_head!r}: a comma list of {S.HEADS}")

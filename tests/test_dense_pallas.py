@@ -184,18 +184,6 @@ def test_kernel_with_rope_equals_rope_in_xla(K, G, H, S_, splits, max_block, dty
   assert np.abs(np.asarray(gk[rows, :, pos] - raw_k, np.float32))[1:].max() > 0.1
 
 
-def test_rope_kernel_lowers_to_triton_for_gpus():
-  for B, K, G, H, S_ in ((256, 2, 7, 64, 384), (4, 4, 7, 128, 2048)):
-    qkv = jax.ShapeDtypeStruct((B, K * G + 2 * K, H), jnp.bfloat16)
-    cs = jax.ShapeDtypeStruct((B, H), jnp.bfloat16)
-    kv = jax.ShapeDtypeStruct((B, K, S_, H), jnp.bfloat16)
-    pos = jax.ShapeDtypeStruct((B,), jnp.int32)
-    f = lambda a, c, s, k, v, p, N=K * G: DP.dense_attention_write_qkv(a, c, s, k, v, p,
-                                                                       num_heads=N)
-    text = jax.jit(f).trace(qkv, cs, cs, kv, kv, pos).lower(lowering_platforms=("cuda",)).as_text()
-    assert "dense_decode_attention" in text
-
-
 @pytest.mark.parametrize("qkv_bias", [True, False])
 def test_greedy_decode_rope_in_kernel_equals_einsum(qkv_bias):
   """The decode loop with fused weights: "pallas_rope" (RoPE in the kernel), "pallas" and
@@ -209,3 +197,50 @@ def test_greedy_decode_rope_in_kernel_equals_einsum(qkv_bias):
                                      for i, n in enumerate(("bq", "bk", "bv"))}}
   dparams = _greedy_equal(cfg, p, ("einsum", "pallas", "pallas_rope"), fuse=True)
   assert "w_qkv" in dparams["layers"][0]
+
+
+@pytest.mark.parametrize("K,G,S_,splits", [(2, 7, 48, 1), (4, 4, 128, 1), (1, 16, 64, 1),
+                                           (2, 7, 384, 3), (2, 8, 64, 1)])
+def test_direct_output_equals_the_sliced_tile(K, G, S_, splits):
+  """direct_out (each KV head's G real query rows stored straight into [B, K * G, H], a masked
+  store; no XLA slice after the kernel) gives bitwise the padded tile's sliced output, for all
+  three entry points; with shares (splits > 1) the combine runs as before. G = 8: K * G equals
+  the padded tile's 16 rows, the shape where a [Gp, H] tile and a row's block coincide."""
+  B, H = 4, 64
+  pos = jnp.asarray([0, 17, S_ - 1, S_ // 2], jnp.int32)
+  qkv, cos, sin = _rope_case(B, K, G, H, jnp.bfloat16, pos)
+  q, k, v = _inputs(B, K, G, H, S_, jnp.bfloat16, seed=8)
+  kn, vn = q[:, :, 0], q[:, :, 1]
+  calls = (lambda d: (DP.dense_attention(q, k, v, pos, interpret=True, splits=splits,
+                                         direct_out=d),),
+           lambda d: DP.dense_attention_write(q, k, v, pos, kn, vn, interpret=True,
+                                              splits=splits, direct_out=d),
+           lambda d: DP.dense_attention_write_qkv(qkv, cos, sin, k, v, pos, num_heads=K * G,
+                                                  interpret=True, splits=splits, direct_out=d))
+  for call in calls:
+    tile, direct = call(False), call(True)
+    assert direct[0].shape == (B, K, G, H)
+    for a, b in zip(tile, direct):
+      np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_direct_out_default_is_read_at_each_call(monkeypatch):
+  """direct_out=None takes DIRECT_OUT when called (outside jit), so flipping it retraces."""
+  monkeypatch.setattr(DP, "DIRECT_OUT", True)
+  assert DP.direct_out_or_default(None) and not DP.direct_out_or_default(False)
+  monkeypatch.setattr(DP, "DIRECT_OUT", False)
+  assert not DP.direct_out_or_default(None) and DP.direct_out_or_default(True)
+
+
+@pytest.mark.parametrize("direct_out", [False, True])
+def test_rope_kernel_lowers_to_triton_for_gpus(direct_out):
+  for B, K, G, H, S_ in ((256, 2, 7, 64, 384), (4, 4, 7, 128, 2048)):
+    qkv = jax.ShapeDtypeStruct((B, K * G + 2 * K, H), jnp.bfloat16)
+    cs = jax.ShapeDtypeStruct((B, H), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((B, K, S_, H), jnp.bfloat16)
+    pos = jax.ShapeDtypeStruct((B,), jnp.int32)
+    f = lambda a, c, s, k, v, p, N=K * G: DP.dense_attention_write_qkv(a, c, s, k, v, p,
+                                                                       num_heads=N,
+                                                                       direct_out=direct_out)
+    text = jax.jit(f).trace(qkv, cs, cs, kv, kv, pos).lower(lowering_platforms=("cuda",)).as_text()
+    assert "dense_decode_attention" in text

@@ -124,3 +124,44 @@ def test_kernel_with_rope_equals_rope_in_xla(G, H, T, C, splits, dtype, atol, ka
                              np.asarray(wk[:, owned], np.float32), atol=katol, rtol=0)
   np.testing.assert_array_equal(np.asarray(gv[:, owned], np.float32),
                                 np.asarray(wv[:, owned], np.float32))
+
+
+@pytest.mark.parametrize("G,T,C,splits", [(7, 16, 8, 1), (8, 16, 8, 1), (7, 16, 8, 2)])
+def test_direct_output_equals_the_sliced_tile(G, T, C, splits):
+  """direct_out (the G real query rows of each KV head stored straight into [B, K * G, H]; no
+  XLA slice after the kernel) gives bitwise the padded tile's sliced output and the same pools,
+  for both entry points; with shares the combine runs as before."""
+  from models import layers as L_
+  from ssp_jax.sampling import dense_pallas as DP
+  q, kp, vp, table, pos, kn, vn = _case(5, 2, G, 64, T, C, 2 + 5 * C, jnp.bfloat16, seed=3)
+  B, K, _, H = q.shape
+  qkv = jnp.asarray(np.random.default_rng(9).normal(size=(B, K * G + 2 * K, H)), jnp.bfloat16)
+  cos, sin = L_.rope_cos_sin(pos[:, None], L_.rope_inv_freq(H, 10000.0, None), jnp.bfloat16)
+  calls = (lambda d: PP.paged_attention_write(q, kp, vp, table, pos, kn, vn, interpret=True,
+                                              splits=splits, direct_out=d),
+           lambda d: PP.paged_attention_write_qkv(qkv, cos[:, 0], sin[:, 0], kp, vp, table, pos,
+                                                  num_heads=K * G, interpret=True,
+                                                  splits=splits, direct_out=d))
+  for call in calls:
+    tile, direct = call(False), call(True)
+    assert direct[0].shape == (B, K, G, H)
+    for a, b in zip(tile, direct):
+      np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+@pytest.mark.parametrize("direct_out", [False, True])
+def test_rope_kernel_lowers_to_triton_for_gpus(direct_out):
+  """The paged kernel as the 0.5B and 7B decode steps call it, lowered for CUDA here (Pallas's
+  Triton lowering runs at lowering time: shapes it cannot take fail on a CPU too)."""
+  import jax
+  for B, K, G, H, P, T, C in ((256, 2, 7, 64, 4096, 16, 64), (16, 4, 7, 128, 1024, 16, 128)):
+    qkv = jax.ShapeDtypeStruct((B, K * G + 2 * K, H), jnp.bfloat16)
+    cs = jax.ShapeDtypeStruct((B, H), jnp.bfloat16)
+    pool = jax.ShapeDtypeStruct((K, P, T, H), jnp.bfloat16)
+    table = jax.ShapeDtypeStruct((B, C), jnp.int32)
+    pos = jax.ShapeDtypeStruct((B,), jnp.int32)
+    f = lambda a, c, s, kp, vp, t, p, N=K * G: PP.paged_attention_write_qkv(
+        a, c, s, kp, vp, t, p, num_heads=N, direct_out=direct_out)
+    text = (jax.jit(f).trace(qkv, cs, cs, pool, pool, table, pos)
+            .lower(lowering_platforms=("cuda",)).as_text())
+    assert "paged_decode_attention" in text

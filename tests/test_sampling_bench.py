@@ -64,6 +64,43 @@ def test_dense_knobs_replace_the_kernels_defaults_in_the_process(monkeypatch):
   assert DP.default_knobs(384, 64) == DP.default_knobs(1680, 128) == (8, 1, 32)
 
 
+def test_paged_knobs_replace_the_paged_kernels_defaults_and_reach_the_lines(monkeypatch, capsys):
+  """--paged-knobs W,S,B does for the paged kernel what --dense-knobs does for the dense one;
+  a paged multi-turn line names the setting; a malformed value exits 2 naming the flag."""
+  import retrieval.base  # noqa: F401  the package, imported before bench/ (bench/retrieval.py)
+  from ssp_jax.sampling import paged_pallas as PP
+  monkeypatch.setattr(PP, "default_knobs", PP.default_knobs)   # restored after the test
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+  import sampler as bench_sampler
+  assert PP.default_knobs(64) == (4, 2, PP.MAX_BLOCK)
+  assert bench_sampler.main(["--tiny", "--no-single", "--peer", "none", "--kv-layout", "paged",
+                             "--multiturn", "--mt-max-new", "16", "--mt-max-obs", "8",
+                             "--paged-knobs", "2,2,64"]) == 0
+  assert PP.default_knobs(64) == PP.default_knobs(128) == (2, 2, 64)
+  lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+  multi = [l for l in lines if l["bench"] == "sampler_multi_turn"]
+  assert multi and all(l.get("paged_knobs") == "2,2,64" for l in multi), multi
+  r = _bench("--tiny", "--paged-knobs", "2,2")
+  assert r.returncode == 2 and "--paged-knobs '2,2'" in r.stderr.strip().splitlines()[-1]
+
+
+def test_direct_out_flag_sets_the_kernels_default_and_reaches_the_lines(monkeypatch, capsys):
+  """--direct-out on / off sets dense_pallas.DIRECT_OUT for the process (the dense and paged
+  kernels read it at each call); the lines say which."""
+  from ssp_jax.sampling import dense_pallas as DP
+  monkeypatch.setattr(DP, "DIRECT_OUT", DP.DIRECT_OUT)   # restored after the test
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+  import sampler as bench_sampler
+  assert bench_sampler.main(["--tiny", "--peer", "none", "--repeats", "1",
+                             "--decode-attention", "pallas_rope", "--direct-out", "on"]) == 0
+  assert DP.DIRECT_OUT is True
+  lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+  single = [l for l in lines if l["bench"] == "sampler_single_turn"]
+  assert single and all(l["direct_out"] is True and l["decode_tok_s"] > 0 for l in single)
+  r = _bench("--tiny", "--direct-out", "yes")
+  assert r.returncode == 2 and "--direct-out" in r.stderr
+
+
 def test_peer_tunix_without_tunix_is_a_one_line_error():
   r = _bench("--tiny", "--peer", "tunix", "--no-single")
   try:

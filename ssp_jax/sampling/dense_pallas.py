@@ -51,6 +51,13 @@ from models import layers as L_
 MIN_PROGRAMS = 512   # split the slots until B * K * splits reaches this (H200: 132 SMs)
 MAX_BLOCK = 128      # slots per loop iteration (at most; `default_knobs` lowers it for wide heads)
 LONG_CACHE = 1024    # caches of at least this many slots run 2 warps a program (`default_knobs`)
+# With one share, write the G real query rows of each KV head straight into [B, K * G, H] (a
+# masked store) instead of a [B, K, Gp, H] tile that XLA then slices to G rows: the slice is a
+# kernel a layer (`wrapped_slice`, 1.9 us on an H100 at 0.5B, 256 rows). On one H200
+# (2026-12-07, bench/sampler.py --direct-out on / off, 256 rows): the 0.5B single-turn step
+# 1.616-1.634 against 1.674-1.688 ms (3%); 7B single turn and the 0.5B paged multi-turn call
+# unchanged within noise. False: the padded tile and the slice (the tests run both).
+DIRECT_OUT = True
 
 
 def default_knobs(S: int, H: int) -> tuple[int, int, int]:
@@ -142,9 +149,16 @@ def combine_shares(o_BKJGH, m_BKJG, l_BKJG, G: int, dtype):
   return o_BKGH[:, :, :G].astype(dtype)
 
 
-def out_blocks(B: int, K: int, splits: int, Gp: int, H: int, dtype) -> tuple[list, list]:
+def out_blocks(B: int, K: int, splits: int, Gp: int, H: int, dtype,
+               direct_rows: int | None = None) -> tuple[list, list]:
   """(out_shape, out_specs) of a decode kernel on grid (B, K, splits): with one share the
-  normalised output [B, K, Gp, H] in `dtype`; else each share's fp32 o, m, l."""
+  normalised output [B, K, Gp, H] in `dtype`, or with direct_rows = G the real rows only,
+  [B, K * G, H] (every KV head's program writes its G rows of the row's block, `store_out`);
+  else each share's fp32 o, m, l."""
+  if splits == 1 and direct_rows is not None:
+    N = K * direct_rows
+    return ([jax.ShapeDtypeStruct((B, N, H), dtype)],
+            [pl.BlockSpec((None, N, H), lambda b, h, j: (b, 0, 0))])
   if splits == 1:
     return ([jax.ShapeDtypeStruct((B, K, Gp, H), dtype)],
             [pl.BlockSpec((None, None, Gp, H), lambda b, h, j: (b, h, 0, 0))])
@@ -156,8 +170,30 @@ def out_blocks(B: int, K: int, splits: int, Gp: int, H: int, dtype) -> tuple[lis
            pl.BlockSpec((None, None, None, Gp), lambda b, h, j: (b, h, j, 0))])
 
 
+def store_out(out_refs, o_GH, m_G, l_G, direct_rows: int | None):
+  """A decode kernel's outputs: one ref, the normalised attention (a [Gp, H] tile, or with
+  direct_rows = G the row's [K * G, H] block, of which this program's KV head owns rows
+  h * G .. h * G + G - 1: a masked store, the padded query rows never leave the chip); three
+  refs, the share's unnormalised o, m, l."""
+  if len(out_refs) == 3:
+    o_ref, m_ref, l_ref = out_refs
+    o_ref[...], m_ref[...], l_ref[...] = o_GH, m_G, l_G
+    return
+  out_ref, = out_refs
+  o_GH = (o_GH / l_G[:, None]).astype(out_ref.dtype)
+  if direct_rows is None:
+    out_ref[...] = o_GH
+    return
+  Gp, H = o_GH.shape
+  i_G = lax.broadcasted_iota(jnp.int32, (Gp,), 0)
+  rows_G = pl.program_id(1) * direct_rows + i_G    # past the block where masked: never stored
+  cols_H = lax.broadcasted_iota(jnp.int32, (H,), 0)
+  plgpu.store(out_ref.at[rows_G[:, None], cols_H[None, :]], o_GH,
+              mask=(i_G < direct_rows)[:, None])
+
+
 def _kernel(pos_ref, *refs, block: int, share: int, exact: bool, write: bool,
-            rope: tuple | None):
+            rope: tuple | None, direct_rows: int | None = None):
   """pos_ref [1]; then q_ref [Gp, H], k_ref, v_ref [share, H]: this program's slots
   j*share .. (j+1)*share - 1 of one (row, KV head). Writes out [Gp, H] (normalised) when one
   output ref comes, else unnormalised o [Gp, H], m [Gp], l [Gp].
@@ -166,7 +202,7 @@ def _kernel(pos_ref, *refs, block: int, share: int, exact: bool, write: bool,
   loop reads the slots before pos only, the new token is added from registers, and the program
   whose share holds pos stores it there after the loop (no other program reads that slot).
   rope = (num_heads, Gp): (write) qkv_ref [N + 2K, H], cos_ref, sin_ref [H] take the place of
-  q_ref and kn_ref, vn_ref (`rope_inputs`)."""
+  q_ref and kn_ref, vn_ref (`rope_inputs`). direct_rows: `store_out`."""
   if rope is not None:
     qkv_ref, cos_ref, sin_ref, k_ref, v_ref, *out_refs, k_out, v_out = refs
     q_GH, kn_H, vn_H = rope_inputs(qkv_ref, cos_ref, sin_ref, *rope, k_ref.dtype)
@@ -211,11 +247,7 @@ def _kernel(pos_ref, *refs, block: int, share: int, exact: bool, write: bool,
       row = pl.ds(pos - start, 1)
       k_out[row, :] = kn_H[None, :].astype(k_out.dtype)
       v_out[row, :] = vn_H[None, :].astype(v_out.dtype)
-  if len(out_refs) == 1:
-    out_refs[0][...] = (o_GH / l_G[:, None]).astype(out_refs[0].dtype)
-  else:
-    o_ref, m_ref, l_ref = out_refs
-    o_ref[...], m_ref[...], l_ref[...] = o_GH, m_G, l_G
+  store_out(out_refs, o_GH, m_G, l_G, direct_rows)
 
 
 def choose_splits(B: int, K: int, S: int, max_block: int = MAX_BLOCK) -> int:
@@ -229,59 +261,73 @@ def choose_splits(B: int, K: int, S: int, max_block: int = MAX_BLOCK) -> int:
 
 def dense_attention_write(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array,
                           pos_B: jax.Array, k_BKH: jax.Array, v_BKH: jax.Array, *,
-                          interpret: bool = False, splits: int | None = None
+                          interpret: bool = False, splits: int | None = None,
+                          direct_out: bool | None = None
                           ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(attention [B, K, G, H], k cache, v cache): `dense_attention` over the slots before pos_B
   plus the query token's own k/v (k_BKH, v_BKH), which the kernel also stores at slot pos_B of
   the caches (aliased: updated in place, no scatter kernels). Same math as writing first and
-  attending over slots <= pos_B. A cache length that is not a multiple of 16 takes that path."""
+  attending over slots <= pos_B. A cache length that is not a multiple of 16 takes that path.
+  direct_out: None = DIRECT_OUT."""
   if k_BKSH.shape[2] % 16:
     rows = jnp.arange(q_BKGH.shape[0])
     k_BKSH = k_BKSH.at[rows, :, pos_B].set(k_BKH.astype(k_BKSH.dtype))
     v_BKSH = v_BKSH.at[rows, :, pos_B].set(v_BKH.astype(v_BKSH.dtype))
-    return (dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, interpret=interpret, splits=splits),
-            k_BKSH, v_BKSH)
+    return (dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, interpret=interpret, splits=splits,
+                            direct_out=direct_out), k_BKSH, v_BKSH)
   return _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, k_BKH.astype(k_BKSH.dtype),
-                          v_BKH.astype(v_BKSH.dtype), interpret=interpret, splits=splits)
+                          v_BKH.astype(v_BKSH.dtype), interpret=interpret, splits=splits,
+                          direct_out=direct_out_or_default(direct_out))
 
 
 def dense_attention_write_qkv(qkv_BRH: jax.Array, cos_BH: jax.Array, sin_BH: jax.Array,
                               k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array, *,
                               num_heads: int, interpret: bool = False,
                               splits: int | None = None, num_warps: int | None = None,
-                              num_stages: int | None = None, max_block: int | None = None
+                              num_stages: int | None = None, max_block: int | None = None,
+                              direct_out: bool | None = None
                               ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """`dense_attention_write` from the layer's fused q/k/v projection qkv_BRH [B, N + 2K, H]
   (bias added, no RoPE yet) and the rows' RoPE cos_BH, sin_BH [B, H]: the kernel splits the
   heads, applies RoPE and the 1/sqrt(H) scale itself (`rope_inputs`), so no XLA kernel runs
   between the projection's GEMM and it. Returns attention [B, K, G, H] in qkv's dtype.
   num_warps, num_stages (Triton's) and max_block (slots a loop iteration reads at most): the
-  tuning knobs bench/dense_attention.py sweeps; None: `default_knobs`."""
+  tuning knobs bench/dense_attention.py sweeps; None: `default_knobs`. direct_out: None =
+  DIRECT_OUT (`store_out`)."""
   if k_BKSH.shape[2] % 16:
     q, k, v = split_rope(qkv_BRH, cos_BH, sin_BH, num_heads)
     return dense_attention_write(q, k_BKSH, v_BKSH, pos_B, k, v, interpret=interpret,
-                                 splits=splits)
+                                 splits=splits, direct_out=direct_out)
   return _dense_attention(qkv_BRH, k_BKSH, v_BKSH, pos_B, cos_BH, sin_BH, interpret=interpret,
                           splits=splits, num_heads=num_heads, num_warps=num_warps,
-                          num_stages=num_stages, max_block=max_block)
+                          num_stages=num_stages, max_block=max_block,
+                          direct_out=direct_out_or_default(direct_out))
 
 
 def dense_attention(q_BKGH: jax.Array, k_BKSH: jax.Array, v_BKSH: jax.Array, pos_B: jax.Array,
                     *, interpret: bool = False, splits: int | None = None,
-                    num_warps: int | None = None, num_stages: int | None = None) -> jax.Array:
+                    num_warps: int | None = None, num_stages: int | None = None,
+                    direct_out: bool | None = None) -> jax.Array:
   """Softmax over slots s <= pos_B[b] of q.k / sqrt(H), times V, in fp32; returns [B, K, G, H]
   in q's dtype. splits: None = `choose_splits`; else shares of S // splits slots, a multiple of
-  16 (the loop's block is gcd(share, max_block); the knobs of `default_knobs`)."""
+  16 (the loop's block is gcd(share, max_block); the knobs of `default_knobs`). direct_out:
+  None = DIRECT_OUT."""
   return _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, None, None, interpret=interpret,
-                          splits=splits, num_warps=num_warps, num_stages=num_stages)
+                          splits=splits, num_warps=num_warps, num_stages=num_stages,
+                          direct_out=direct_out_or_default(direct_out))
+
+
+def direct_out_or_default(direct_out: bool | None) -> bool:
+  """A call's direct_out, DIRECT_OUT when None (read outside jit, so a change retraces)."""
+  return DIRECT_OUT if direct_out is None else bool(direct_out)
 
 
 @functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages",
-                                             "num_heads", "max_block"))
+                                             "num_heads", "max_block", "direct_out"))
 def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret: bool = False,
                      splits: int | None = None, num_warps: int | None = None,
                      num_stages: int | None = None, num_heads: int | None = None,
-                     max_block: int | None = None):
+                     max_block: int | None = None, direct_out: bool = False):
   """The pallas_call of all three: kn_BKH / vn_BKH None (attend over slots <= pos), the new
   token's K/V (attend before pos plus it, store it; returns (out, k, v)), or, with num_heads,
   q_BKGH is the fused projection [B, N + 2K, H] and kn_BKH, vn_BKH are RoPE's cos, sin [B, H]
@@ -321,7 +367,8 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
     if write:
       args += (kn_BKH, vn_BKH)
       in_specs += [pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0))] * 2
-  out_shape, out_specs = out_blocks(B, K, splits, Gp, H, q_BKGH.dtype)
+  direct_rows = G if direct_out and splits == 1 else None
+  out_shape, out_specs = out_blocks(B, K, splits, Gp, H, q_BKGH.dtype, direct_rows)
   aliases = {}
   if write:
     out_shape += [jax.ShapeDtypeStruct(k_BKSH.shape, k_BKSH.dtype),
@@ -330,7 +377,7 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
     aliases = {kv_args[0]: len(out_shape) - 2, kv_args[1]: len(out_shape) - 1}
   kernel = functools.partial(_kernel, block=block, share=share,
                              exact=k_BKSH.dtype == jnp.float32, write=write,
-                             rope=(num_heads, Gp) if rope else None)
+                             rope=(num_heads, Gp) if rope else None, direct_rows=direct_rows)
   out = pl.pallas_call(
       kernel, grid=(B, K, splits), in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
       input_output_aliases=aliases,
@@ -340,7 +387,9 @@ def _dense_attention(q_BKGH, k_BKSH, v_BKSH, pos_B, kn_BKH, vn_BKH, *, interpret
   if write:
     *out, k_new, v_new = out
     caches = (k_new, v_new)
-  if splits == 1:
+  if direct_rows is not None:
+    o = out[0].reshape(B, K, G, H)
+  elif splits == 1:
     o = out[0][:, :, :G]
   else:
     o = combine_shares(*out, G, q_BKGH.dtype)   # share 0 holds slot 0 (<= pos, or pos itself)

@@ -51,7 +51,8 @@ MIN_PROGRAMS = 1024  # split the columns until B * K * splits reaches this (tune
 MAX_BLOCK = 128      # slots per loop iteration (at most; at least one page)
 
 
-def _kernel(pos_ref, table_ref, *refs, pages: int, exact: bool, rope: tuple | None):
+def _kernel(pos_ref, table_ref, *refs, pages: int, exact: bool, rope: tuple | None,
+            direct_rows: int | None = None):
   """pos_ref [1] (the query token's position); table_ref [share] (this program's columns of
   the row's table); then q_ref [Gp, H], k_ref, v_ref [P, T, H] (one KV head's pools), kn_ref,
   vn_ref [H] (the query token's K/V), the output(s) (out [Gp, H] normalised, or o [Gp, H],
@@ -108,11 +109,17 @@ def _kernel(pos_ref, table_ref, *refs, pages: int, exact: bool, rope: tuple | No
     k_out[slot] = kn_H[None, None, :].astype(k_out.dtype)
     v_out[slot] = vn_H[None, None, :].astype(v_out.dtype)
 
-  if len(out_refs) == 1:
-    out_refs[0][...] = (o_GH / l_G[:, None]).astype(out_refs[0].dtype)
-  else:
-    o_ref, m_ref, l_ref = out_refs
-    o_ref[...], m_ref[...], l_ref[...] = o_GH, m_G, l_G
+  DP.store_out(out_refs, o_GH, m_G, l_G, direct_rows)
+
+
+def default_knobs(H: int) -> tuple[int, int, int]:
+  """(num_warps, num_stages, max_block) of the decode steps' calls at head size H: 4 warps, 2
+  stages, MAX_BLOCK slots (tuned on one H100). bench/paged_attention.py --sweep on an H200
+  (2026-12-07) found 2 warps, 2 stages, 64-slot blocks 7-38% faster alone at three of four
+  Qwen2.5 shapes, not yet timed in the loop (bench/sampler.py --paged-knobs replaces this for a
+  process)."""
+  del H
+  return 4, 2, MAX_BLOCK
 
 
 def block_pages(share: int, page_size: int, max_block: int = MAX_BLOCK) -> int:
@@ -131,43 +138,58 @@ def choose_splits(B: int, K: int, C: int, min_programs: int = MIN_PROGRAMS) -> i
 def paged_attention_write(q_BKGH: jax.Array, kp_KPTH: jax.Array, vp_KPTH: jax.Array,
                           table_BC: jax.Array, pos_B: jax.Array, k_BKH: jax.Array,
                           v_BKH: jax.Array, *, interpret: bool = False,
-                          splits: int | None = None, num_warps: int = 4, num_stages: int = 2,
-                          max_block: int = MAX_BLOCK, min_programs: int = MIN_PROGRAMS
+                          splits: int | None = None, num_warps: int | None = None,
+                          num_stages: int | None = None, max_block: int | None = None,
+                          min_programs: int = MIN_PROGRAMS,
+                          direct_out: bool | None = None
                           ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(attention [B, K, G, H] in q's dtype, k pools, v pools): softmax over the slots before
   pos_B[b] of row b's pages plus the query token's own k/v (k_BKH, v_BKH), in fp32, which the
   kernel also stores at (table[b, pos // T], pos % T) of the pools (aliased, in place). Same
   math as writing the token first and attending over slots <= pos_B (the gather path).
   splits: None = `choose_splits` (to min_programs); else a divisor of the C columns. max_block:
-  slots a loop iteration reads at most (at least one page). num_warps, num_stages: Triton's."""
+  slots a loop iteration reads at most (at least one page). num_warps, num_stages: Triton's.
+  Knobs left None: `default_knobs`."""
+  num_warps, num_stages, max_block = _knobs(kp_KPTH.shape[3], num_warps, num_stages, max_block)
   return _paged_attention(q_BKGH, kp_KPTH, vp_KPTH, table_BC, pos_B,
                           k_BKH.astype(kp_KPTH.dtype), v_BKH.astype(vp_KPTH.dtype),
                           interpret=interpret, splits=splits, num_warps=num_warps,
-                          num_stages=num_stages, max_block=max_block, min_programs=min_programs)
+                          num_stages=num_stages, max_block=max_block, min_programs=min_programs,
+                          direct_out=DP.direct_out_or_default(direct_out))
 
 
 def paged_attention_write_qkv(qkv_BRH: jax.Array, cos_BH: jax.Array, sin_BH: jax.Array,
                               kp_KPTH: jax.Array, vp_KPTH: jax.Array, table_BC: jax.Array,
                               pos_B: jax.Array, *, num_heads: int, interpret: bool = False,
-                              splits: int | None = None, num_warps: int = 4,
-                              num_stages: int = 2, max_block: int = MAX_BLOCK,
-                              min_programs: int = MIN_PROGRAMS
+                              splits: int | None = None, num_warps: int | None = None,
+                              num_stages: int | None = None, max_block: int | None = None,
+                              min_programs: int = MIN_PROGRAMS, direct_out: bool | None = None
                               ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """`paged_attention_write` from the layer's fused q/k/v projection qkv_BRH [B, N + 2K, H]
   (bias added, no RoPE yet) and the rows' RoPE cos_BH, sin_BH [B, H]: the kernel splits the
   heads, applies RoPE and the 1/sqrt(H) scale itself (`DP.rope_inputs`), so no XLA kernel runs
   between the projection's GEMM and it. Returns attention [B, K, G, H] in qkv's dtype."""
+  num_warps, num_stages, max_block = _knobs(kp_KPTH.shape[3], num_warps, num_stages, max_block)
   return _paged_attention(qkv_BRH, kp_KPTH, vp_KPTH, table_BC, pos_B, cos_BH, sin_BH,
                           interpret=interpret, splits=splits, num_warps=num_warps,
                           num_stages=num_stages, max_block=max_block, min_programs=min_programs,
-                          num_heads=num_heads)
+                          num_heads=num_heads, direct_out=DP.direct_out_or_default(direct_out))
+
+
+def _knobs(H: int, num_warps, num_stages, max_block) -> tuple[int, int, int]:
+  """The given knobs, `default_knobs(H)`'s where None (read at each call, outside jit)."""
+  nw, ns, mb = default_knobs(H)
+  return (nw if num_warps is None else num_warps, ns if num_stages is None else num_stages,
+          mb if max_block is None else max_block)
 
 
 @functools.partial(jax.jit, static_argnames=("interpret", "splits", "num_warps", "num_stages",
-                                             "max_block", "min_programs", "num_heads"))
+                                             "max_block", "min_programs", "num_heads",
+                                             "direct_out"))
 def _paged_attention(q_BKGH, kp_KPTH, vp_KPTH, table_BC, pos_B, kn_BKH, vn_BKH, *,
                      interpret: bool, splits: int | None, num_warps: int, num_stages: int,
-                     max_block: int, min_programs: int, num_heads: int | None = None):
+                     max_block: int, min_programs: int, num_heads: int | None = None,
+                     direct_out: bool = False):
   """The pallas_call of both: q_BKGH, kn_BKH, vn_BKH the scaled-later query and the token's
   K/V, or, with num_heads, the fused projection [B, N + 2K, H] and RoPE's cos, sin [B, H]."""
   rope = num_heads is not None
@@ -201,18 +223,21 @@ def _paged_attention(q_BKGH, kp_KPTH, vp_KPTH, table_BC, pos_B, kn_BKH, vn_BKH, 
                  pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0)),
                  pl.BlockSpec((None, None, H), lambda b, h, j: (b, h, 0))]
     pools = (3, 4)
-  out_shape, out_specs = DP.out_blocks(B, K, splits, Gp, H, q_BKGH.dtype)
+  direct_rows = G if direct_out and splits == 1 else None
+  out_shape, out_specs = DP.out_blocks(B, K, splits, Gp, H, q_BKGH.dtype, direct_rows)
   out_shape += [jax.ShapeDtypeStruct(kp_KPTH.shape, kp_KPTH.dtype),
                 jax.ShapeDtypeStruct(vp_KPTH.shape, vp_KPTH.dtype)]
   out_specs += [pool_spec, pool_spec]
   kernel = functools.partial(_kernel, pages=pages, exact=kp_KPTH.dtype == jnp.float32,
-                             rope=(num_heads, Gp) if rope else None)
+                             rope=(num_heads, Gp) if rope else None, direct_rows=direct_rows)
   *out, kp_new, vp_new = pl.pallas_call(
       kernel, grid=(B, K, splits), in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
       input_output_aliases={pools[0]: len(out_shape) - 2, pools[1]: len(out_shape) - 1},
       compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
       interpret=interpret, name="paged_decode_attention")(*args)
-  if splits == 1:
+  if direct_rows is not None:
+    o = out[0].reshape(B, K, G, H)
+  elif splits == 1:
     o = out[0][:, :, :G]
   else:
     o = DP.combine_shares(*out, G, q_BKGH.dtype)   # share 0 holds slot 0 (< pos, or pos)
