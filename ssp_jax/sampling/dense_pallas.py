@@ -8,8 +8,9 @@ This kernel reads each row's K/V once, up to its own position, and keeps the sco
 
   * grid (B, K, splits): one program per (row, KV head, share of the slots). The G query heads
     of a KV head are one [Gp, H] tile, Gp = G padded to a power of two >= 16 (Triton dots need
-    M >= 16; the padded rows are zero queries, sliced off). q is scaled by 1/sqrt(H) and cast to
-    the cache dtype outside, as `_cached_attention(einsum=True)` does.
+    M >= 16; the padded rows are zero queries, never stored with DIRECT_OUT (`store_out`), else
+    sliced off). q is scaled by 1/sqrt(H) and cast to the cache dtype outside, as
+    `_cached_attention(einsum=True)` does.
   * each program loops over its share in blocks of `block` slots (gcd(share, 128): 16..128, a
     power of two dividing the share, so no load runs past it), with a dynamic trip count that
     stops at the block holding pos_B[b]: a short row in a long cache reads only its own blocks.
@@ -100,7 +101,7 @@ def rope_inputs(qkv_ref, cos_ref, sin_ref, num_heads: int, Gp: int, dtype):
   rotate_half(x) is read, not computed: a second load of the same rows with the columns' halves
   swapped, times -1 on the first half. The rotated values are rounded to the
   projection's dtype where `models.layers.apply_rope` rounds them, q again after the scale.
-  Query rows past G repeat row G - 1 (their outputs are sliced off)."""
+  Query rows past G repeat row G - 1 (their outputs are never stored, or sliced off)."""
   R_, H = qkv_ref.shape
   N = num_heads
   K = (R_ - N) // 2
