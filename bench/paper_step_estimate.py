@@ -11,14 +11,15 @@ Nothing here runs a model: the step is built from
     trajectories, not a measurement: prompt, model turns, observations per role);
   * measured rates (each default names the bench/RESULTS.md section it comes from; pass your
     own with the flags):
-      rollout   7B multi-turn policy tok/s on one H200, 256 slots, dense cache, excluding
-                compile (4,927; "One run on the H200 with the tunix peer", 2026-12-01)
+      rollout   7B multi-turn policy tok/s on one H200, 256 slots, the paged cache (the
+                multi-turn default), warm (10,421; "7B multi-turn, and the step after
+                kv_pool_reuse", 2026-12-05; the dense cache's 4,927 of 2026-12-01 before)
       prefill   7B prefill at 620 TFLOP/s (same section: 256 x 128 tokens in 0.81 s)
       update    packed real-token MFU 0.473 of 797 TFLOP/s at 1.5B on the paper length mix
                 with the output projection at every position (a utilisation: every counted
                 FLOP ran; "Issue 26 on the H200 (2026-12-04)"), assumed to hold at 7B;
-      decode    7B single-turn decode tok/s at 256 rows for the RAG check's answers (30,238;
-                "Issue 26 on the H200 (2026-12-04, second session)");
+      decode    7B single-turn decode tok/s at 256 rows for the RAG check's answers (30,859;
+                "The kernels' direct output, the knobs and the head in the loop", 2026-12-07);
   * the FLOPs of a 7B token: 2 x 7.07e9 forward (matmul parameters, embedding lookup excluded),
     an update pass 3x forward (forward + backward), plus one old-log-prob and one reference
     forward over every token; with `--logprob-positions loss` (rl.logprob_positions, the
@@ -120,10 +121,10 @@ def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--proposers", type=int, default=256)
   p.add_argument("--group", type=int, default=5, help="solver trajectories per question")
-  p.add_argument("--rollout-tok-s", type=float, default=4927.0,
-                 help="7B multi-turn policy tok/s on one H200 (measured, 256 slots)")
+  p.add_argument("--rollout-tok-s", type=float, default=10421.0,
+                 help="7B multi-turn policy tok/s on one H200 (measured, 256 slots, paged)")
   p.add_argument("--prefill-flop-s", type=float, default=620e12)
-  p.add_argument("--decode-step-tok-s", type=float, default=30238.0,
+  p.add_argument("--decode-step-tok-s", type=float, default=30859.0,
                  help="7B single-turn decode tok/s at 256 rows (the RAG check's answers)")
   p.add_argument("--update-mfu", type=float, default=0.473,
                  help="update utilisation: FLOPs that ran / (time x 797 TFLOP/s)")
