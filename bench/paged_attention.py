@@ -111,6 +111,12 @@ def main(argv=None) -> int:
   args = a.parse_args(argv)
   dtype = jnp.dtype(args.dtype)
   if args.sweep:
+    for flag in ("warps", "stages", "blocks", "programs"):
+      try:
+        vals = [int(x) for x in getattr(args, flag).split(",")]
+        assert min(vals) >= 1
+      except (ValueError, AssertionError):
+        a.error(f"--{flag} {getattr(args, flag)!r}: a comma list of positive integers")
     return sweep(args, dtype)
   for shape in args.shapes.split(","):
     K, G, H = SHAPES[shape]

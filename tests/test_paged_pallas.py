@@ -165,3 +165,14 @@ def test_rope_kernel_lowers_to_triton_for_gpus(direct_out):
     text = (jax.jit(f).trace(qkv, cs, cs, pool, pool, table, pos)
             .lower(lowering_platforms=("cuda",)).as_text())
     assert "paged_decode_attention" in text
+
+
+def test_sweep_flags_that_are_not_positive_integers_exit_2_naming_the_flag():
+  import os
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  for flag, bad in (("--warps", "2,x"), ("--blocks", "0,64")):
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "paged_attention.py"),
+                        "--sweep", flag, bad], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and f"{flag} '{bad}'" in r.stderr.strip().splitlines()[-1]
