@@ -55,6 +55,7 @@ import numpy as np
 import models
 from models.config import ModelConfig
 from ssp_jax import sampling as S
+from ssp_jax.sampling import decode_step as DS
 from ssp_jax.sampling import dense_pallas as DP
 from ssp_jax.sampling import paged_pallas as PP
 
@@ -62,6 +63,7 @@ ATTN = "einsum"   # --decode-attention (dense layout)
 PAGED_ATTN = "gather"   # --paged-attention (paged layout)
 UNROLL = 1   # --decode-unroll: decode steps per while-loop iteration
 HEAD = "xla"   # --decode-head: the step's projection to the vocabulary and draw
+MATMUL = "xla"   # --decode-matmul: the step's layer GEMMs (rollout.decode_matmul)
 DENSE_KNOBS = "default"   # --dense-knobs: the dense decode kernel's Triton settings, this process
 PAGED_KNOBS = "default"   # --paged-knobs: the paged decode kernel's, this process
 TINY = ModelConfig(model_type="qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128,
@@ -104,7 +106,7 @@ def _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout):
   st, out = S.decode(cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
                      jnp.full((B,), N, jnp.int32), jnp.int32(B + 1), jax.random.key(1),
                      num_steps=N, sampling=S.SamplingParams(1.0), dtype=dtype,
-                     attn_impl=attn, unroll=UNROLL, head=HEAD)
+                     attn_impl=attn, unroll=UNROLL, head=HEAD, matmul=MATMUL)
   count = int(jax.device_get(out.count_B).sum())
   t2 = time.perf_counter()
   return count, t1 - t0, t2 - t1
@@ -120,7 +122,8 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
   count, pre, dec = min(runs, key=lambda r: r[2])
   assert count == B * N, (count, B * N)
   _profiled(f"single_{name}_b{B}_p{P}_{layout}_{ATTN if layout == 'dense' else PAGED_ATTN}"
-            + (f"_u{UNROLL}" if UNROLL > 1 else "") + (f"_{HEAD}head" if HEAD != "xla" else ""),
+            + (f"_u{UNROLL}" if UNROLL > 1 else "") + (f"_{HEAD}head" if HEAD != "xla" else "")
+            + (f"_{MATMUL}mm" if MATMUL != "xla" else ""),
             lambda: _run_once(cfg, params, dparams, B, P, N, dtype, tables, layout))
   return {"bench": "sampler_single_turn", "model": name, "batch": B, "prompt_len": P,
           "new_tokens": N, "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
@@ -129,7 +132,7 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
           "ms_per_step": round(1000 * dec / N, 3), "kv_layout": layout, "fused_proj": FUSE,
           "prng": jax.config.jax_default_prng_impl,
           "decode_attention": ATTN if layout == "dense" else PAGED_ATTN, "decode_unroll": UNROLL,
-          "decode_head": HEAD, "dense_knobs": DENSE_KNOBS,
+          "decode_head": HEAD, "decode_matmul": MATMUL, "dense_knobs": DENSE_KNOBS,
           "paged_knobs": PAGED_KNOBS, "direct_out": DP.DIRECT_OUT}
 
 
@@ -171,6 +174,7 @@ def _engine(cfg, B, P, max_new, dtype, max_obs, layout, kv_max_tokens):
   rc.prefill_attention = PREFILL_ATTN
   rc.decode_unroll = UNROLL
   rc.decode_head = HEAD
+  rc.decode_matmul = MATMUL
   return RolloutEngine(cfg, SyntheticTokenizer(cfg.vocab_size), rc, SmallBM25Retriever())
 
 
@@ -230,7 +234,8 @@ def _timed_generate(eng, params, prompts, budgets):
   reasons = {r: sum(t.stop_reason == r for t in trajs) for r in {t.stop_reason for t in trajs}}
   compile_s = float(stats.get("compile_s", 0.0))   # > 0 only with --no-warmup
   _profiled(f"engine_b{eng.cfg.batch_size}_{eng.cfg.kv_layout}_{eng.cfg.decode_attention}"
-            + (f"_u{UNROLL}" if UNROLL > 1 else "") + (f"_{HEAD}head" if HEAD != "xla" else ""),
+            + (f"_u{UNROLL}" if UNROLL > 1 else "") + (f"_{HEAD}head" if HEAD != "xla" else "")
+            + (f"_{MATMUL}mm" if MATMUL != "xla" else ""),
             lambda: eng.generate(params, prompts, jax.random.key(1), max_new_tokens=budgets))
   return {"wall_s": round(wall, 3), "policy_tok_s": round(policy / wall, 1),
           "compile_s": round(compile_s, 3),
@@ -256,8 +261,8 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
           "prompt_len": P, "max_response_tokens": max_new, "max_obs_tokens": max_obs,
           "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "kv_layout": layout, "decode_attention": eng.cfg.decode_attention,
-          "decode_unroll": UNROLL, "decode_head": HEAD, "dense_knobs": DENSE_KNOBS,
-          "paged_knobs": PAGED_KNOBS, "direct_out": DP.DIRECT_OUT,
+          "decode_unroll": UNROLL, "decode_head": HEAD, "decode_matmul": MATMUL,
+          "dense_knobs": DENSE_KNOBS, "paged_knobs": PAGED_KNOBS, "direct_out": DP.DIRECT_OUT,
           "prefill_attention": eng.cfg.get("prefill_attention", "xla"), **res,
           **prefill_rates(cfg, res["engine_stats"]),
           "single_turn_decode_tok_s": single_tok_s,
@@ -482,6 +487,9 @@ def main(argv=None) -> int:
   p.add_argument("--decode-head", default="xla",
                  help="the step's projection and draw (rollout.decode_head): xla | pallas (one "
                       "kernel, the logits never stored); a comma list compares them")
+  p.add_argument("--decode-matmul", default="xla",
+                 help="the step's layer GEMMs (rollout.decode_matmul): xla | pallas (Triton, "
+                      "K split, norms and SiLU inside); a comma list compares them")
   p.add_argument("--dense-knobs", default="default", metavar="W,S,B",
                  help="the dense decode kernel's num_warps, num_stages, max_block for every "
                       "cache in this process, in place of dense_pallas.default_knobs (to time "
@@ -530,7 +538,7 @@ def main(argv=None) -> int:
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
   global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE, COMPILE_AHEAD, PREFILL_ATTN
-  global UNROLL, HEAD, DENSE_KNOBS, PAGED_KNOBS
+  global UNROLL, HEAD, MATMUL, DENSE_KNOBS, PAGED_KNOBS
   WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE = a.warmup, a.profile, a.tail_min_batch, a.fuse
   COMPILE_AHEAD, PREFILL_ATTN = a.compile_ahead, a.prefill_attention
   if a.prng:
@@ -555,6 +563,9 @@ def main(argv=None) -> int:
   heads = a.decode_head.split(",")
   if not set(heads) <= set(S.HEADS):
     p.error(f"--decode-head {a.decode_head!r}: a comma list of {S.HEADS}")
+  matmuls = a.decode_matmul.split(",")
+  if not set(matmuls) <= set(DS.MATMULS):
+    p.error(f"--decode-matmul {a.decode_matmul!r}: a comma list of {DS.MATMULS}")
   paged_impls = (a.paged_attention
                  or ("pallas" if jax.default_backend() == "gpu" else "gather")).split(",")
   PAGED_ATTN = paged_impls[0]
@@ -594,7 +605,7 @@ def main(argv=None) -> int:
             ATTN = impl
           else:
             PAGED_ATTN = impl
-          for UNROLL, HEAD in itertools.product(unrolls, heads):
+          for UNROLL, HEAD, MATMUL in itertools.product(unrolls, heads, matmuls):
             single = None
             if a.single or a.multiturn:
               single = single_turn(name, cfg, B, a.prompt_len, a.new_tokens, dtype, a.repeats,

@@ -97,29 +97,35 @@ def test_fused_head_lowers_to_triton_for_gpus():
       assert "head_block_stats" in text
 
 
-def test_decode_loop_with_the_fused_head_holds_no_logits_on_gpus(monkeypatch):
-  """The whole decode while-loop lowered for CUDA (no GPU needed; the kernel takes its GPU
-  path, not interpret mode, as on a GPU host): with head="pallas" no [B, V] float32 value
-  exists in the program (the logits are never formed) and the Triton kernel is there; with
-  head="xla" the logits are. V = 1,024, B = 32."""
-  import re
-  import models
+def decode_loop_cuda_text(cfg, p, B, L, monkeypatch, **kw) -> str:
+  """The decode while-loop (bf16, 8 steps, sampled) lowered for CUDA as text; the kernels take
+  their GPU path (not interpret mode), as on a GPU host. kw: `S.decode`'s attn_impl, head, ..."""
   from ssp_jax import sampling as S
-  cfg = models.ModelConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_layers=2,
-                           num_heads=4, num_kv_heads=2, head_dim=16)
-  B, L = 32, 64
-  p = models.init_params(cfg, jax.random.key(0), std=0.2)
   tables = S.build_stop_tables([b"x"] * cfg.vocab_size, []).to_device()
   dparams = S.make_decode_params(cfg, p, jnp.bfloat16, True)
   st = S.init_state(cfg, B, L, tables.prefix_VM.shape[1], jnp.bfloat16)
-  logits = re.compile(rf"tensor<{B}x{cfg.vocab_size}xf32>")
-  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-  for head in ("xla", "pallas"):
-    f = lambda st, head=head: S.decode(
+  with monkeypatch.context() as m:
+    m.setattr(jax, "default_backend", lambda: "gpu")
+    f = lambda st: S.decode(
         cfg, st, dparams, tables, jnp.asarray([-1], jnp.int32), jnp.ones((B,), bool),
         jnp.full((B,), 8, jnp.int32), jnp.int32(B + 1), jax.random.key(2), num_steps=8,
-        sampling=S.SamplingParams(1.0), dtype=jnp.bfloat16, attn_impl="einsum", head=head)
-    text = jax.jit(f).trace(st).lower(lowering_platforms=("cuda",)).as_text()
+        sampling=S.SamplingParams(1.0), dtype=jnp.bfloat16, **kw)
+    return jax.jit(f).trace(st).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_decode_loop_with_the_fused_head_holds_no_logits_on_gpus(monkeypatch):
+  """The whole decode while-loop lowered for CUDA (no GPU needed): with head="pallas" no
+  [B, V] float32 value exists in the program (the logits are never formed) and the Triton
+  kernel is there; with head="xla" the logits are. V = 1,024, B = 32."""
+  import re
+  import models
+  cfg = models.ModelConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_layers=2,
+                           num_heads=4, num_kv_heads=2, head_dim=16)
+  B = 32
+  p = models.init_params(cfg, jax.random.key(0), std=0.2)
+  logits = re.compile(rf"tensor<{B}x{cfg.vocab_size}xf32>")
+  for head in ("xla", "pallas"):
+    text = decode_loop_cuda_text(cfg, p, B, 64, monkeypatch, attn_impl="einsum", head=head)
     assert ("head_block_stats" in text) == (head == "pallas")
     assert bool(logits.search(text)) == (head == "xla"), head
 

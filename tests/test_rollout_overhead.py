@@ -115,6 +115,25 @@ def test_unrolled_decode_loop_gives_the_same_rollouts(model, tags, layout):
     _engine(model, None, decode_unroll=0)
 
 
+def sampled_rollouts_equal(model, tags, layout, field):
+  """Sampled multi-turn rollouts (searches, early exits, the tail shrinking to batches that
+  are not multiples of 16) with rollout.<field> "xla" and "pallas": the same tokens and stop
+  reasons, the log-probs within fp32 rounding."""
+  cfg, params, tok = model
+  open_, close = tags
+  out = {}
+  for impl in ("xla", "pallas"):
+    eng = _engine(model, SmallBM25Retriever(), search_open=open_, search_close=close,
+                  max_searches=3, kv_layout=layout, steps_per_call=7, tail_min_batch=2,
+                  **{field: impl})
+    out[impl], _ = eng.generate(params, PROMPTS, jax.random.key(3), temperature=1.0,
+                                max_new_tokens=60, stop=[close])
+  assert sum(t.num_searches for t in out["xla"]) >= 1
+  for a, b in zip(out["xla"], out["pallas"]):
+    assert a.response_ids == b.response_ids and a.stop_reason == b.stop_reason
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
+
+
 @pytest.mark.parametrize("layout", ["dense", "paged"])
 def test_fused_head_gives_the_same_rollouts(model, tags, layout, monkeypatch):
   """rollout.decode_head="pallas" (the projection and the draw's block statistics in one
@@ -122,18 +141,7 @@ def test_fused_head_gives_the_same_rollouts(model, tags, layout, monkeypatch):
   searches, early exits and the tail shrinking to batches that are not multiples of 16 are
   the same tokens as the XLA head's, the log-probs within fp32 rounding."""
   cfg, params, tok = model
-  open_, close = tags
-  out = {}
-  for head in ("xla", "pallas"):
-    eng = _engine(model, SmallBM25Retriever(), search_open=open_, search_close=close,
-                  max_searches=3, kv_layout=layout, decode_head=head, steps_per_call=7,
-                  tail_min_batch=2)
-    out[head], _ = eng.generate(params, PROMPTS, jax.random.key(3), temperature=1.0,
-                                max_new_tokens=60, stop=[close])
-  assert sum(t.num_searches for t in out["xla"]) >= 1
-  for a, b in zip(out["xla"], out["pallas"]):
-    assert a.response_ids == b.response_ids and a.stop_reason == b.stop_reason
-    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
+  sampled_rollouts_equal(model, tags, layout, "decode_head")
   with pytest.raises(ValueError, match="rollout.decode_head='fused'"):
     _engine(model, None, decode_head="fused")
   with monkeypatch.context() as m:

@@ -101,6 +101,26 @@ def test_direct_out_flag_sets_the_kernels_default_and_reaches_the_lines(monkeypa
   assert r.returncode == 2 and "--direct-out" in r.stderr
 
 
+def test_decode_matmul_flag_runs_both_gemm_paths_and_reaches_the_lines(monkeypatch, capsys):
+  """--decode-matmul xla,pallas: one single-turn line each, naming it; the pallas one runs
+  the Pallas GEMMs (traced: the tiny model's 8 rows padded to 16); a bad name exits 2."""
+  from ssp_jax.sampling import gemm_pallas as GP
+  calls = []
+  real = GP.matmul
+  monkeypatch.setattr(GP, "matmul", lambda *a, **k: calls.append(1) or real(*a, **k))
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+  import sampler as bench_sampler
+  assert bench_sampler.main(["--tiny", "--peer", "none", "--repeats", "1",
+                             "--decode-attention", "pallas_rope",
+                             "--decode-matmul", "xla,pallas"]) == 0
+  lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+  single = [l for l in lines if l["bench"] == "sampler_single_turn"]
+  assert [l["decode_matmul"] for l in single] == ["xla", "pallas"]
+  assert all(l["decode_tok_s"] > 0 for l in single) and calls
+  r = _bench("--tiny", "--decode-matmul", "cublas")
+  assert r.returncode == 2 and "--decode-matmul 'cublas'" in r.stderr
+
+
 def test_peer_tunix_without_tunix_is_a_one_line_error():
   r = _bench("--tiny", "--peer", "tunix", "--no-single")
   try:

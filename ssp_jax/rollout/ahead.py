@@ -171,7 +171,7 @@ def widths_upto(pages: int, columns: int) -> list[int]:
 
 def plan_paged(ahead: CompileAhead, *, model_cfg, st, dparams, tables, eos_E, key, sampling,
                dtype, sharder, attn_impl: str, prefill_attn: str, steps: int, columns: int,
-               unroll: int = 1, head: str = "xla",
+               unroll: int = 1, head: str = "xla", matmul: str = "xla",
                max_row_tokens: int, page_size: int, piece: int, piece_sizes: list[int],
                batches: list[int], first_width: int, first_sizes: list[int], prefill_fn: Callable,
                decode_fn: Callable) -> None:
@@ -201,7 +201,7 @@ def plan_paged(ahead: CompileAhead, *, model_cfg, st, dparams, tables, eos_E, ke
                  jax.tree.map(spec, tables), spec(eos_E), host_spec((b,), bool),
                  host_spec((b,), i32), spec(jax.numpy.int32(1)), spec(key), num_steps=steps,
                  sampling=sampling, dtype=dtype, sharder=sharder, attn_impl=attn_impl,
-                 unroll=unroll, head=head, urgent=urgent)
+                 unroll=unroll, head=head, matmul=matmul, urgent=urgent)
 
   for n in sorted(first_sizes, reverse=True):
     prefill(n, first_width, urgent=True)

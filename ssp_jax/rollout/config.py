@@ -29,6 +29,10 @@ def get_rollout_config() -> ml_collections.ConfigDict:
                                 # (the [B, V] fp32 logits, then the draw) | pallas (one kernel:
                                 # the projection and the draw's block statistics, the logits
                                 # never stored; sampling/head_pallas.py; no top-k / top-p)
+  c.decode_matmul = "xla"       # the decode step's layer GEMMs: xla (XLA's dot; cuBLAS on GPUs)
+                                # | pallas (sampling/gemm_pallas.py: Triton, K split over
+                                # programs, the norms, bias, SiLU and residual adds inside;
+                                # unsharded; untimed in the loop so far: docs/rollout.md)
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
   c.tail_min_batch = 16         # no prompt queued and at most half the slots in use: the batch
                                 # halves (rows move to the first slots) down to this; 0 = never
@@ -121,8 +125,10 @@ def check_rollout_config(c: ml_collections.ConfigDict) -> None:
   # the engine checks these too; here a bad name stops a run before the index and the model
   from ssp_jax.sampling.paged_prefill import PREFILL_ATTN
   from ssp_jax.sampling.loop import HEADS
+  from ssp_jax.sampling.decode_step import MATMULS
   for name, ok in (("kv_layout", ("dense", "paged", "auto")), ("kv_pool", ("fixed", "grow")),
-                   ("prefill_attention", PREFILL_ATTN + ("auto",)), ("decode_head", HEADS)):
+                   ("prefill_attention", PREFILL_ATTN + ("auto",)), ("decode_head", HEADS),
+                   ("decode_matmul", MATMULS)):
     if c.get(name, ok[0]) not in ok:
       raise ValueError(f"rollout.{name}={c.get(name)!r} unknown; use one of {ok}")
   sampled = float(c.get("temperature", 1.0)) > 0

@@ -37,6 +37,7 @@ from ssp_jax.rollout.search_tool import SearchTool
 from ssp_jax.rollout.slots import SlotPlanner, batch_size, table_width
 from ssp_jax.rollout.tools import Tool, ToolCall, tool_table
 from ssp_jax.sampling import head_pallas as HP
+from ssp_jax.sampling.decode_step import MATMULS
 from ssp_jax.sampling.paged import PAGED_ATTN_IMPLS
 from ssp_jax.sampling.paged_prefill import PREFILL_ATTN
 from ssp_jax.tokenizer import Prompt, Tokenizer
@@ -127,6 +128,18 @@ class RolloutEngine:
       raise ValueError(f"rollout.decode_head='pallas' is a Triton kernel (GPUs; interpret mode "
                        f"on a CPU), not for {jax.default_backend()!r}; use "
                        f"rollout.decode_head='xla'")
+    matmul = str(self.cfg.get("decode_matmul", "xla"))
+    if matmul not in MATMULS:
+      raise ValueError(f"rollout.decode_matmul={matmul!r} unknown; use one of {MATMULS}")
+    if matmul == "pallas" and not self._unsplit("act_batch", "q_heads", "kv_heads", "mlp",
+                                                "embed"):
+      raise ValueError("rollout.decode_matmul='pallas' runs unpartitioned kernels: the mesh "
+                       "splits the rows, heads, MLP or hidden size; use "
+                       "rollout.decode_matmul='xla'")
+    if matmul == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
+      raise ValueError(f"rollout.decode_matmul='pallas' is a Triton kernel (GPUs; interpret "
+                       f"mode on a CPU), not for {jax.default_backend()!r}; use "
+                       f"rollout.decode_matmul='xla'")
     if int(self.cfg.tail_min_batch) < 0:
       raise ValueError(f"rollout.tail_min_batch={self.cfg.tail_min_batch} must be >= 0 "
                        f"(the smallest batch the tail shrinks to; 0 = never shrink)")
@@ -267,7 +280,7 @@ class RolloutEngine:
         sharder=self.sharder, attn_impl=str(c.decode_attention),
         prefill_attn=str(c.get("prefill_attention", "xla")), steps=int(c.steps_per_call),
         unroll=int(c.get("decode_unroll", 1)), head=str(c.get("decode_head", "xla")),
-        columns=slots.alloc.table.shape[1],
+        matmul=str(c.get("decode_matmul", "xla")), columns=slots.alloc.table.shape[1],
         max_row_tokens=max(len(r.pending) + r.budget for r in queue),
         page_size=int(c.page_size), piece=piece,
         piece_sizes=piece_sizes(cap),
@@ -317,7 +330,8 @@ class RolloutEngine:
                          num_steps=steps, sampling=call.sampling, dtype=self.dtype,
                          sharder=self.sharder, attn_impl=str(c.decode_attention),
                          unroll=int(c.get("decode_unroll", 1)),
-                         head=str(c.get("decode_head", "xla")))
+                         head=str(c.get("decode_head", "xla")),
+                         matmul=str(c.get("decode_matmul", "xla")))
       jax.block_until_ready(res.steps)
       stats["decode_s"] += time.perf_counter() - td
       td = time.perf_counter()

@@ -28,6 +28,7 @@ from models.decoder import CACHE_LOGICAL
 from models import layers as L_
 from models.sharding import Sharder, constrain
 from ssp_jax.sampling import dense_pallas as DP
+from ssp_jax.sampling import gemm_pallas as GP
 from ssp_jax.sampling import paged_pallas as PP
 from ssp_jax.sampling import paged as PG
 
@@ -112,17 +113,44 @@ def _fuse_layer(cfg: ModelConfig, lp: dict) -> dict:
   return lp
 
 
-def _qkv(cfg, lp, x_BTD, cos, sin, sharder):
+MATMULS = ("xla", "pallas")   # the decode step's layer GEMMs (`decode_forward(matmul=...)`)
+
+
+def _pallas_gemm(matmul: str, M: int, K: int, N: int, swiglu: bool = False) -> bool:
+  """Whether a layer GEMM of the decode step runs gemm_pallas.matmul: matmul "pallas" and a
+  shape it covers (`GP.eligible`); else XLA's dot (e.g. a tail batch of rows not a multiple of
+  16)."""
+  return matmul == "pallas" and GP.eligible(M, K, N, swiglu)
+
+
+def _interpret() -> bool:
+  return jax.default_backend() == "cpu"
+
+
+def _qkv_fused(cfg, lp, x_BTD, matmul: str = "xla"):
+  """RMSNorm, then the fused q/k/v projection (+ bias): [B, T, (N + 2K) * H]. matmul "pallas"
+  at T = 1: one kernel (gemm_pallas.matmul with the norm and the bias inside)."""
+  B, T, D_ = x_BTD.shape
+  E = lp["w_qkv"].shape[1]
+  if T == 1 and _pallas_gemm(matmul, B, D_, E):
+    out = GP.matmul(x_BTD[:, 0], lp["w_qkv"], bias_N=lp.get("b_qkv"), norm_K=lp["attn_norm"],
+                    norm_eps=cfg.rms_norm_eps, interpret=_interpret())
+    return out[:, None]
+  h_BTD = L_.rms_norm(x_BTD, lp["attn_norm"], cfg.rms_norm_eps)
+  qkv_BTE = jnp.einsum("BTD,DE->BTE", h_BTD, lp["w_qkv"].astype(h_BTD.dtype))
+  if cfg.qkv_bias:
+    qkv_BTE = qkv_BTE + lp["b_qkv"].astype(qkv_BTE.dtype)
+  return qkv_BTE
+
+
+def _qkv(cfg, lp, x_BTD, cos, sin, sharder, matmul: str = "xla"):
   """D._qkv, or one GEMM over the fused weight of `_fuse_layer` (T = 1 in the decode step; the
   paged chunk prefill, sampling/paged_prefill.py, runs it on chunks of T tokens)."""
   if "w_qkv" not in lp:
     return D._qkv(cfg, lp, x_BTD, cos, sin, sharder)
   B, T = x_BTD.shape[:2]
   N, K, H = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-  h_BTD = L_.rms_norm(x_BTD, lp["attn_norm"], cfg.rms_norm_eps)
-  qkv_BTE = jnp.einsum("BTD,DE->BTE", h_BTD, lp["w_qkv"].astype(h_BTD.dtype))
-  if cfg.qkv_bias:
-    qkv_BTE = qkv_BTE + lp["b_qkv"].astype(qkv_BTE.dtype)
+  qkv_BTE = _qkv_fused(cfg, lp, x_BTD, matmul)
   q = qkv_BTE[..., :N * H].reshape(B, T, N, H)
   k = qkv_BTE[..., N * H:(N + K) * H].reshape(B, T, K, H)
   v = qkv_BTE[..., (N + K) * H:].reshape(B, T, K, H)
@@ -139,20 +167,34 @@ def _rope_in_kernel(cfg: ModelConfig, lp: dict, attn_impl: str) -> bool:
   return attn_impl == "pallas_rope" and "w_qkv" in lp and not cfg.qk_norm
 
 
-def _qkv_raw(cfg, lp, x_B1D):
+def _qkv_raw(cfg, lp, x_B1D, matmul: str = "xla"):
   """The fused projection [B, N + 2K, H] (bias added, no RoPE) for `_rope_in_kernel` layers."""
-  h_B1D = L_.rms_norm(x_B1D, lp["attn_norm"], cfg.rms_norm_eps)
-  qkv_B1E = jnp.einsum("BTD,DE->BTE", h_B1D, lp["w_qkv"].astype(h_B1D.dtype))
-  if cfg.qkv_bias:
-    qkv_B1E = qkv_B1E + lp["b_qkv"].astype(qkv_B1E.dtype)
+  qkv_B1E = _qkv_fused(cfg, lp, x_B1D, matmul)
   return qkv_B1E.reshape(x_B1D.shape[0], cfg.num_heads + 2 * cfg.num_kv_heads, cfg.head_dim)
 
 
-def _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder):
-  """D._attn_out_and_mlp, or with one gate/up GEMM over the fused weight of `_fuse_layer`."""
+def _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder, matmul: str = "xla"):
+  """D._attn_out_and_mlp, or with one gate/up GEMM over the fused weight of `_fuse_layer`;
+  matmul "pallas": the four kernels of gemm_pallas.matmul (o + residual, norm + gate/up +
+  SiLU, down + residual) where the shapes fit."""
   if "w_gate_up" not in lp:
     return D._attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
-  x_B1D = x_B1D + jnp.einsum("BTNH,NHD->BTD", attn_B1NH, lp["wo"].astype(attn_B1NH.dtype))
+  B, _, N, H = attn_B1NH.shape
+  D_ = x_B1D.shape[-1]
+  F2 = lp["w_gate_up"].shape[1]
+  if x_B1D.shape[1] != 1:   # the paged prefill's chunks of T tokens: XLA's dots
+    matmul = "xla"
+  if _pallas_gemm(matmul, B, N * H, D_):
+    x_BD = GP.matmul(attn_B1NH.reshape(B, N * H), lp["wo"].reshape(N * H, D_), x_B1D[:, 0],
+                     interpret=_interpret())
+    x_B1D = x_BD[:, None]
+  else:
+    x_B1D = x_B1D + jnp.einsum("BTNH,NHD->BTD", attn_B1NH, lp["wo"].astype(attn_B1NH.dtype))
+  if (_pallas_gemm(matmul, B, D_, F2, swiglu=True)
+      and _pallas_gemm(matmul, B, F2 // 2, D_)):
+    act_BF = GP.matmul(x_B1D[:, 0], lp["w_gate_up"], norm_K=lp["mlp_norm"],
+                       norm_eps=cfg.rms_norm_eps, swiglu=True, interpret=_interpret())
+    return GP.matmul(act_BF, lp["w_down"], x_B1D[:, 0], interpret=_interpret())[:, None]
   h_B1D = L_.rms_norm(x_B1D, lp["mlp_norm"], cfg.rms_norm_eps)
   gu_B1F2 = jnp.einsum("BTD,DF->BTF", h_B1D, lp["w_gate_up"].astype(h_B1D.dtype))
   F = gu_B1F2.shape[-1] // 2
@@ -165,7 +207,8 @@ ATTN_IMPLS = ("reduce", "einsum", "einsum_readonly", "cudnn", "xla", "pallas", "
 
 def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax.Array,
                    cache: dict, *, dtype=jnp.float32, sharder: Optional[Sharder] = None,
-                   attn_impl: str = "einsum", hidden: bool = False) -> tuple[jax.Array, dict]:
+                   attn_impl: str = "einsum", hidden: bool = False,
+                   matmul: str = "xla") -> tuple[jax.Array, dict]:
   """Feeds tok_B at pos_B; returns (float32 logits [B, V], cache with slot pos_B written).
   `dparams` comes from `decode_params`. hidden: the final-normed hidden state [B, D] in place
   of the logits (the fused head, sampling/head_pallas.py, projects and draws from it).
@@ -184,10 +227,15 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     online softmax, reads each row's K/V once up to its position and stores the new K/V at it,
     in place; Pallas interpret mode on a CPU, slow). "pallas_rope": the same kernel also splits
     the fused projection's heads and applies RoPE and the scale itself, in place of XLA's split,
-    RoPE, scale and pad kernels (fused q/k/v weights and no q/k norm; else "pallas")."""
+    RoPE, scale and pad kernels (fused q/k/v weights and no q/k norm; else "pallas").
+  matmul: the layer GEMMs: "xla" (XLA's dot; cuBLAS on GPUs) or "pallas" (sampling/gemm_pallas.py:
+    the norms, the bias, SiLU and the residual adds inside four kernels a layer; fused weights,
+    `decode_params(fuse=True)`, and rows a multiple of 16, else XLA's; unsharded only)."""
+  if matmul not in MATMULS:
+    raise ValueError(f"decode matmul {matmul!r} unknown; use one of {MATMULS}")
   if "table" in cache:
     return _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, dtype=dtype, sharder=sharder,
-                                 attn_impl=attn_impl, hidden=hidden)
+                                 attn_impl=attn_impl, hidden=hidden, matmul=matmul)
   if attn_impl not in ATTN_IMPLS:
     raise ValueError(f"decode attention {attn_impl!r} unknown; use one of {ATTN_IMPLS}")
   B = tok_B.shape[0]
@@ -207,24 +255,24 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   for l, lp in enumerate(dparams["layers"]):             # unrolled: static, whole weights
     if _rope_in_kernel(cfg, lp, attn_impl):   # RoPE, the split and the K/V store in the kernel
       attn, k_all[l], v_all[l] = DP.dense_attention_write_qkv(
-          _qkv_raw(cfg, lp, x_B1D), cos[:, 0], sin[:, 0], k_all[l], v_all[l], pos_B,
+          _qkv_raw(cfg, lp, x_B1D, matmul), cos[:, 0], sin[:, 0], k_all[l], v_all[l], pos_B,
           num_heads=N, interpret=jax.default_backend() == "cpu")
-      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn.reshape(B, 1, N, H), sharder)
+      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn.reshape(B, 1, N, H), sharder, matmul)
       continue
-    q, k, v = _qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
+    q, k, v = _qkv(cfg, lp, x_B1D, cos, sin, sharder, matmul)   # [B, 1, N|K, H]
     k_BKH, v_BKH = k[:, 0].astype(k_all[l].dtype), v[:, 0].astype(v_all[l].dtype)
     if attn_impl == "einsum_readonly":
       attn_B1NH = _decode_attention(q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], mask_BS,
                                     k_BKH, v_BKH, True).reshape(B, 1, N, H)
       new_k.append(k_BKH)
       new_v.append(v_BKH)
-      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
+      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder, matmul)
       continue
     if attn_impl in ("pallas", "pallas_rope"):   # the kernel stores k/v at pos itself
       attn, k_all[l], v_all[l] = DP.dense_attention_write(
           q[:, 0].reshape(B, K, G, H), k_all[l], v_all[l], pos_B, k_BKH, v_BKH,
           interpret=jax.default_backend() == "cpu")
-      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn.reshape(B, 1, N, H), sharder)
+      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn.reshape(B, 1, N, H), sharder, matmul)
       continue
     k_all[l] = k_all[l].at[rows_B, :, pos_B].set(k_BKH)   # in place on the loop carry
     v_all[l] = v_all[l].at[rows_B, :, pos_B].set(v_BKH)
@@ -236,7 +284,7 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
           q, jnp.swapaxes(k_all[l], 1, 2).astype(q.dtype),
           jnp.swapaxes(v_all[l], 1, 2).astype(q.dtype),
           key_value_seq_lengths=pos_B.astype(jnp.int32) + 1, implementation=attn_impl)
-    x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
+    x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder, matmul)
   if attn_impl == "einsum_readonly":   # the new K/V of all layers written after the last layer
     k_all = [x.at[rows_B, :, pos_B].set(k) for x, k in zip(k_all, new_k)]
     v_all = [x.at[rows_B, :, pos_B].set(v) for x, v in zip(v_all, new_v)]
@@ -256,7 +304,7 @@ def _logits(cfg, dparams, x_B1D, sharder, hidden: bool = False):
 
 
 def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, attn_impl,
-                          hidden=False):
+                          hidden=False, matmul="xla"):
   """decode_forward over a paged cache (sampling/paged.py): each layer writes its new K/V at
   (page, offset) of pos_B (first, or inside the "pallas" kernel), and attends over slots
   <= pos_B through the page table.
@@ -286,13 +334,13 @@ def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, 
   for l, lp in enumerate(dparams["layers"]):
     if _rope_in_kernel(cfg, lp, impl):   # RoPE, the split and the K/V store in the kernel
       attn_BKGH, kp, vp = PP.paged_attention_write_qkv(
-          _qkv_raw(cfg, lp, x_B1D), cos[:, 0], sin[:, 0], cache["k"][l], cache["v"][l],
+          _qkv_raw(cfg, lp, x_B1D, matmul), cos[:, 0], sin[:, 0], cache["k"][l], cache["v"][l],
           table_BC, pos_B, num_heads=N, interpret=interpret)
       new_k.append(kp)
       new_v.append(vp)
-      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_BKGH.reshape(B, 1, N, H), sharder)
+      x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_BKGH.reshape(B, 1, N, H), sharder, matmul)
       continue
-    q, k, v = _qkv(cfg, lp, x_B1D, cos, sin, sharder)   # [B, 1, N|K, H]
+    q, k, v = _qkv(cfg, lp, x_B1D, cos, sin, sharder, matmul)   # [B, 1, N|K, H]
     q_BKGH = q[:, 0].reshape(B, K, G, H)
     if impl in ("pallas", "pallas_rope"):   # the kernel stores k/v at (page, offset) of pos
       attn_BKGH, kp, vp = PP.paged_attention_write(q_BKGH, cache["k"][l], cache["v"][l],
@@ -305,6 +353,6 @@ def _paged_decode_forward(cfg, dparams, tok_B, pos_B, cache, *, dtype, sharder, 
     attn_B1NH = attn_BKGH.reshape(B, 1, N, H)
     new_k.append(kp)
     new_v.append(vp)
-    x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
+    x_B1D = _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder, matmul)
   return (_logits(cfg, dparams, x_B1D, sharder, hidden),
           {"k": new_k, "v": new_v, "table": table_BC})

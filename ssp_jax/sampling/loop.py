@@ -221,14 +221,15 @@ class _Carry(NamedTuple):
 
 
 def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, attn_impl, head,
-          c: _Carry, live=None) -> _Carry:
+          matmul, c: _Carry, live=None) -> _Carry:
   """One decode step. live: a traced bool, False turns the step into a no-op on the carry (the
   unrolled loop's steps past the loop's exit); the K/V written at pos_B is then the same as the
   next call's first step writes there (the same token at the same position)."""
   st = c.st
   step_key = jax.random.fold_in(key, c.step)
   out, cache = decode_forward(cfg, params, st.tok_B, st.pos_B, st.cache, dtype=dtype,
-                              sharder=sharder, attn_impl=attn_impl, hidden=head == "pallas")
+                              sharder=sharder, attn_impl=attn_impl, hidden=head == "pallas",
+                              matmul=matmul)
   if head == "pallas":   # the output projection and the draw's block statistics in one kernel
     nxt_B, lp_B = HP.sample_from_hidden(out, params["lm_head"], step_key, sampling)
   else:
@@ -251,14 +252,14 @@ def _step(cfg, params, tables, eos_E, limit_B, key, sampling, dtype, sharder, at
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "num_steps", "sampling", "dtype", "sharder",
-                                             "attn_impl", "unroll", "head"),
+                                             "attn_impl", "unroll", "head", "matmul"),
                    donate_argnums=(1,))
 def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E: jax.Array,
            active_B: jax.Array, limit_B: jax.Array, exit_after: jax.Array, key: jax.Array, *,
            num_steps: int, sampling: SamplingParams, dtype=jnp.float32,
            sharder: Optional[Sharder] = None,
            attn_impl: str = "einsum", unroll: int = 1,
-           head: str = "xla") -> tuple[DecodeState, DecodeOut]:
+           head: str = "xla", matmul: str = "xla") -> tuple[DecodeState, DecodeOut]:
   """Decodes up to `num_steps` tokens for the rows in active_B.
 
   dparams: decode-layout params, `make_decode_params(cfg, params, dtype)` (built once per call).
@@ -273,6 +274,7 @@ def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E
   head: "xla" (the [B, V] fp32 logits, then `sample_next`) or "pallas" (sampling/head_pallas.py:
     the output projection and the draw's block statistics fused, the logits never stored;
     `head_pallas.eligible` must hold: no top-k / top-p, no gumbel, a width of a multiple of 16).
+  matmul: the layers' GEMMs, "xla" or "pallas" (sampling/gemm_pallas.py; `decode_forward`).
   """
   B = st.tok_B.shape[0]
   c = _Carry(st, jnp.int32(0), ~active_B, jnp.zeros((B,), jnp.int32),
@@ -292,7 +294,7 @@ def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E
     return (c.step < num_steps) & ~jnp.all(c.done_B) & (finished < exit_after)
 
   step = functools.partial(_step, cfg, dparams, tables, eos_E, limit_B, key, sampling, dtype,
-                           sharder, attn_impl, head)
+                           sharder, attn_impl, head, matmul)
 
   def body(c: _Carry) -> _Carry:
     c = step(c)                       # the loop's cond held for this one
