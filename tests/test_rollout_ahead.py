@@ -175,19 +175,21 @@ def test_no_prompts_plan_nothing():
   assert trajs == [] and "ahead_compiled" not in stats
 
 
-def test_fused_head_programs_are_compiled_ahead_too():
-  """rollout.decode_head="pallas" reaches the compile-ahead plan: every decode loop the call
-  runs was compiled ahead (one compiled on the calling thread would be a program the plan got
-  wrong, e.g. with the XLA head)."""
+@pytest.mark.parametrize("field", ["decode_head", "decode_matmul"])
+def test_pallas_head_and_gemm_programs_are_compiled_ahead_too(field):
+  """rollout.decode_head / decode_matmul "pallas" reach the compile-ahead plan: every decode
+  loop the call runs was compiled ahead (one compiled on the calling thread would be a program
+  the plan got wrong, e.g. with the XLA head or GEMMs)."""
   cfg = ModelConfig(model_type="qwen2", vocab_size=96, hidden_size=32, intermediate_size=40,
                     num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8)   # width % 16 == 0
   params = models.init_params(cfg, jax.random.key(0))
   rng = np.random.default_rng(1)
   prompts = [rng.integers(0, cfg.vocab_size, 12).tolist() for _ in range(8)]
-  _, stats = _engine(2, cfg, decode_head="pallas").generate(
+  _, stats = _engine(2, cfg, **{field: "pallas"}).generate(
       params, prompts, jax.random.key(1), max_new_tokens=[60, 50, 40, 30, 30, 24, 24, 24])
   by_fn = stats["compiled_functions"]
   assert "jit(decode)" not in by_fn and by_fn.get("jit(decode) [ahead]", 0) >= 2, by_fn
   assert stats.get("ahead_errors", 0) == 0
-  with pytest.raises(ValueError, match="multiple of 16 .* not 24"):   # CFG's width
-    _engine(2, decode_head="pallas")
+  if field == "decode_head":
+    with pytest.raises(ValueError, match="multiple of 16 .* not 24"):   # CFG's width
+      _engine(2, decode_head="pallas")
