@@ -58,8 +58,8 @@ def grid(name: str, M: int, K: int, N: int, swiglu: bool, norm: bool = False) ->
   if name == "default":
     return out
   n = N // 2 if swiglu else N
-  for bm, bn, w in ((64, 32, 4), (64, 64, 4), (64, 128, 4), (128, 64, 4), (128, 128, 8),
-                    (256, 64, 8)):
+  for bm, bn, w in ((32, 32, 4), (32, 64, 4), (64, 32, 4), (64, 64, 4), (64, 128, 4),
+                    (128, 64, 4), (128, 128, 8), (256, 64, 8)):
     for bk, sp in itertools.product((64, 128), (1, 2, 4, 7, 8)):
       kn = GP.Knobs(bm, bn, bk, sp, w, 3 if bk == 128 else 4)
       if (swiglu or norm) and sp != 1:
