@@ -9,8 +9,8 @@ also splits K into `splits` shares, so a short-and-wide GEMM still fills every S
 
   * grid (M / block_m, N / block_n, splits); a program accumulates its tile over its share of K
     in `block_k` steps, fp32, and writes it. With one share the output is in a's dtype (plus an
-    optional residual, added in fp32 before the one rounding, as `x + a @ b` would round once
-    when XLA fuses the add into its GEMM epilogue); with several the kernel writes fp32 partial
+    optional residual, added in fp32 before the one rounding, as cuBLAS does when XLA folds
+    `x + a @ b` into its epilogue); with several the kernel writes fp32 partial
     tiles [splits, M, N] and one small XLA fusion sums them (and adds the residual).
   * `swiglu=True` (the gate/up GEMM over `_fuse_layer`'s [D, 2F] weight): a program
     accumulates the gate tile and the matching up tile and writes silu(gate) * up [M, F], so
@@ -21,8 +21,9 @@ also splits K into `splits` shares, so a short-and-wide GEMM still fills every S
 With norms, swiglu and residuals inside, a layer runs five kernels (q/k/v, attention, o, gate/up,
 down) where the XLA path runs eight (two norm fusions and the SiLU multiply besides).
 Blocks are powers of two >= 16 that divide M, N and K / splits (`check`); rows that are not a
-multiple of 16 are padded (a copy of a); knobs that do not fit raise, naming the knob. On a CPU it runs in Pallas's interpret mode (slow, for tests).
-Tested against jnp.dot (tests/test_gemm_pallas.py); timed by bench/decode_gemm.py.
+multiple of 16 are padded (a copy of a); knobs that do not fit raise, naming the knob. On a CPU
+it runs in Pallas's interpret mode (slow, for tests). Tested against jnp.dot and
+models.layers.rms_norm (tests/test_gemm_pallas.py); timed by bench/decode_gemm.py.
 """
 from __future__ import annotations
 
@@ -165,8 +166,8 @@ def matmul(a_MK: jax.Array, b_KN: jax.Array, residual_MN: jax.Array | None = Non
     (a first pass over each program's rows; one share only: a program needs whole rows).
   swiglu: b_KN is [K, 2F] (gate columns, then up) and the result is silu(a @ gate) * (a @ up)
     [M, F] (no bias or residual). knobs: None = `default_knobs`.
-  Rounding: the XLA path rounds the GEMM to a's dtype, then adds the bias / residual (and
-  rounds) and applies silu to rounded values; here each result is rounded once, at the end."""
+  Rounding: the XLA path rounds the q/k/v GEMM before adding its bias and the gate/up GEMM
+  before SiLU; here each result is rounded once, at the end."""
   M, K = a_MK.shape
   N2 = b_KN.shape[1]
   N = N2 // 2 if swiglu else N2
