@@ -1,8 +1,8 @@
 """The decode step's layer GEMMs at few rows (Pallas; Triton on GPUs), split over K.
 
 At T = 1 a layer's four GEMMs have M = rows (256 at most in the engine) against weights of
-millions of entries: each is near the ridge of FLOPs against bytes (2 M flops per weight byte
-pair), and cuBLAS picks small output tiles (64 x 32 for Qwen2.5-0.5B's down projection, K =
+millions of entries: each is near the ridge of FLOPs against bytes (M flops per weight byte
+at bf16), and cuBLAS picks small output tiles (64 x 32 for Qwen2.5-0.5B's down projection, K =
 4,864, N = 896): 112 programs each running 76 serial K steps, 0.85 TB/s of weights on an H100
 (bench/RESULTS.md, the 2026-12-07 profile). This kernel tiles the output [block_m, block_n] and
 also splits K into `splits` shares, so a short-and-wide GEMM still fills every SM:
@@ -19,7 +19,9 @@ also splits K into `splits` shares, so a short-and-wide GEMM still fills every S
     their sum of squares, then normalises each K block as it loads it, so the normed
     activations never reach HBM either (one share only). `bias_N` (q/k/v) in the epilogue.
 With norms, swiglu and residuals inside, a layer runs five kernels (q/k/v, attention, o, gate/up,
-down) where the XLA path runs eight (two norm fusions and the SiLU multiply besides).
+down) plus one small XLA sum for each GEMM whose K is split (the 0.5B defaults at 256 rows split
+o and down: seven), where the XLA path runs eight (two norm fusions and the SiLU multiply
+besides; cuBLAS may add split-K reductions of its own).
 Blocks are powers of two >= 16 that divide M, N and K / splits (`check`); rows that are not a
 multiple of 16 are padded (a copy of a); knobs that do not fit raise, naming the knob. On a CPU
 it runs in Pallas's interpret mode (slow, for tests). Tested against jnp.dot and
