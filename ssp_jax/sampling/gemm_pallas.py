@@ -20,7 +20,7 @@ also splits K into `splits` shares, so a short-and-wide GEMM still fills every S
     activations never reach HBM either (one share only). `bias_N` (q/k/v) in the epilogue.
 With norms, swiglu and residuals inside, a layer runs five kernels (q/k/v, attention, o, gate/up,
 down) plus one small XLA sum for each GEMM whose K is split (the 0.5B defaults at 256 rows split
-o and down: seven), where the XLA path runs eight (two norm fusions and the SiLU multiply
+the down projection's: six), where the XLA path runs eight (two norm fusions and the SiLU multiply
 besides; cuBLAS may add split-K reductions of its own).
 Blocks are powers of two >= 16 that divide M, N and K / splits (`check`); rows that are not a
 multiple of 16 are padded (a copy of a); knobs that do not fit raise, naming the knob. On a CPU
@@ -80,15 +80,15 @@ def _pow2_divisor(x: int, cap: int = 64) -> int:
 
 def default_knobs(M: int, K: int, N: int, one_share: bool = False) -> Knobs:
   """Tiles of up to 64 rows and 64 columns, K steps up to 64 deep (the largest powers of two
-  dividing M, N and K), 4 warps, 4 stages. With one share (swiglu, a norm): 32-column tiles
-  where fewer than 132 programs (an H100's or H200's SMs) would run. Else K is split in two,
-  four or eight while fewer than 264 programs (two per SM) would run and the shares stay at
-  least 256 deep. A starting point, untimed in the decode loop: bench/decode_gemm.py sweeps
-  the knobs."""
+  dividing M, N and K), 4 warps, 4 stages. Where fewer than 132 programs (an H100's or H200's
+  SMs) would run: with one share (swiglu, a norm) or a short K (< 2,048: a split would add a
+  sum kernel to save few steps), 32-column tiles; else K is split in two, four or eight while
+  fewer than 264 programs (two per SM) would run and the shares stay at least 256 deep. A
+  starting point, untimed in the decode loop: bench/decode_gemm.py sweeps the knobs."""
   kn = Knobs(block_m=_pow2_divisor(M), block_n=_pow2_divisor(N), block_k=_pow2_divisor(K),
              splits=1, num_warps=4, num_stages=4)
   programs = (M // kn.block_m) * (N // kn.block_n)
-  if one_share:
+  if one_share or K < 2048:
     if programs < 132 and kn.block_n == 64:
       kn = kn._replace(block_n=32)
     return kn
