@@ -11,8 +11,15 @@ step runs it with rollout.decode_matmul "xla" (XLA's kernels around cuBLAS) or "
   gate_up rms_norm([M, D]) x [D, 2F] -> silu(gate) * up   (Pallas: all inside, one share)
   down    [M, F] x [F, D] + x
 
+`--mode layers`: the decode step's own layer code (`decode_step._qkv_fused` and
+`_attn_out_and_mlp`, fused weights, random, every layer of the model) with each
+rollout.decode_matmul, the attention left out (the q/k/v projection's first N H columns stand in
+for its output): microseconds a layer, all four GEMMs and whatever runs around them (norms,
+SiLU, the K shares' sums), with the kernel's default knobs.
+
   python bench/decode_gemm.py                            # 0.5B and 7B at 256 rows, sweep
   python bench/decode_gemm.py --models 0.5b --gemms down --grid default
+  python bench/decode_gemm.py --mode layers              # the layers, xla against pallas
 """
 from __future__ import annotations
 
@@ -33,7 +40,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import models
 from models import layers as L_
+from ssp_jax.sampling import decode_step as DS
 from ssp_jax.sampling import gemm_pallas as GP
 
 MODELS = {   # D, N * H, (N + 2K) * H, F, layers
@@ -130,6 +139,72 @@ def time_gemm(impl, M, K, N, swiglu, residual, norm, layers, iters, repeats, kno
   return statistics.median(times) / (iters * layers) * 1e6
 
 
+def model_config(model: str) -> models.ModelConfig:
+  if model == "tiny":
+    return models.ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                              num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+                              qkv_bias=True)
+  return models.get_preset({"0.5b": "qwen2.5-0.5b", "7b": "qwen2.5-7b"}[model])
+
+
+def time_layers(matmul: str, cfg, M: int, iters: int, repeats: int, dtype) -> float:
+  """Median microseconds of one decode layer without its attention (see the docstring)."""
+  D, N, K, H, F = (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                   cfg.intermediate_size)
+  E = (N + 2 * K) * H
+  keys = iter(jax.random.split(jax.random.key(0), 8 * cfg.num_layers + 1))
+  w = lambda *shape: (jax.random.normal(next(keys), shape, dtype)
+                     / np.sqrt(shape[0]).astype(dtype))
+  layers = [{"w_qkv": w(D, E), "b_qkv": w(E), "attn_norm": 1 + w(D),
+             "wo": w(N * H, D).reshape(N, H, D), "mlp_norm": 1 + w(D),
+             "w_gate_up": w(D, 2 * F), "w_down": w(F, D)} for _ in range(cfg.num_layers)]
+  if not cfg.qkv_bias:
+    for lp in layers:
+      lp.pop("b_qkv")
+  x = jax.random.normal(next(keys), (M, 1, D), dtype)
+
+  @jax.jit
+  def loop(x, layers):
+    def body(i, x):
+      for lp in layers:
+        qkv = DS._qkv_fused(cfg, lp, x, matmul)
+        attn = qkv[..., :N * H].reshape(M, 1, N, H)   # stands in for the attention's output
+        x = DS._attn_out_and_mlp(cfg, lp, x, attn, None, matmul)
+      return x
+    return jax.lax.fori_loop(0, iters, body, x)
+
+  jax.block_until_ready(loop(x, layers))
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(loop(x, layers))
+    times.append(time.perf_counter() - t)
+  return statistics.median(times) / (iters * cfg.num_layers) * 1e6
+
+
+def main_layers(models_: list, rows: list, args) -> int:
+  dtype = jnp.dtype(args.dtype)
+  for model in models_:
+    cfg = model_config(model)
+    for M in rows:
+      base = {"bench": "decode_gemm_layers", "model": model, "rows": M,
+              "layers": cfg.num_layers, "device": jax.devices()[0].device_kind}
+      us = {}
+      for mm in DS.MATMULS:
+        line = {**base, "decode_matmul": mm}
+        try:
+          us[mm] = time_layers(mm, cfg, M, args.iters, args.repeats, dtype)
+        except Exception as e:  # noqa: BLE001 - reported, the other path still runs
+          line["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+          print(json.dumps(line), flush=True)
+          continue
+        line["us_per_layer"] = round(us[mm], 2)
+        if mm != "xla" and "xla" in us:
+          line["vs_xla"] = round(us["xla"] / us[mm], 3)
+        print(json.dumps(line), flush=True)
+  return 0
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--models", default="0.5b,7b", help=f"comma list of {sorted(MODELS)}")
@@ -141,6 +216,8 @@ def main(argv=None) -> int:
   p.add_argument("--iters", type=int, default=4)
   p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--dtype", default="bfloat16")
+  p.add_argument("--mode", default="gemms", choices=("gemms", "layers"),
+                 help="gemms: each GEMM over the knobs; layers: the step's layers, each matmul")
   args = p.parse_args(argv)
   models, gemms = args.models.split(","), args.gemms.split(",")
   for name, known in (("--models", MODELS), ("--gemms", GEMMS)):
@@ -151,6 +228,8 @@ def main(argv=None) -> int:
     rows = [int(x) for x in args.rows.split(",")]
   except ValueError:
     p.error(f"--rows {args.rows!r}: use a comma list of integers")
+  if args.mode == "layers":
+    return main_layers(models, rows, args)
   dtype = jnp.dtype(args.dtype)
   for model in models:
     for gemm in gemms:

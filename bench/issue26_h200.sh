@@ -75,9 +75,11 @@
 #   hdo the decode kernels writing [B, N, H] directly (--direct-out on) against the padded tile
 #       XLA slices (off), each in its own process and in both orders: 0.5B single turn (dense,
 #       pallas_rope, both heads) and m's paged multi-turn run (pallas_rope)
-#   gm  the decode step's layer GEMMs alone (2026-12-07, seventh session, bench/decode_gemm.py):
-#       XLA's cuBLAS GEMM against the Pallas split-K kernel (sampling/gemm_pallas.py) over its
-#       tiles, K shares and warps; 0.5B then 7B, 256 rows (GM_MODELS, default "0.5b 7b")
+#   gm  the decode step's layer GEMMs (2026-12-07, seventh session, bench/decode_gemm.py): the
+#       step's layers without attention with rollout.decode_matmul xla / pallas (--mode layers),
+#       then each GEMM alone, XLA's norm / SiLU kernels around cuBLAS against the Pallas kernel
+#       (sampling/gemm_pallas.py) over its tiles, K shares and warps; 0.5B then 7B, 256 rows
+#       (GM_MODELS, default "0.5b 7b")
 #   gml the Pallas GEMMs in the loop (rollout.decode_matmul, --decode-matmul): 0.5B single turn
 #       (dense, pallas_rope) xla / pallas in both orders, each order its own process, then m's
 #       paged multi-turn run and 7B single turn with each
@@ -354,6 +356,8 @@ for s in $STAGES; do
           --paged-attention pallas_rope --direct-out $d
       done ;;
     gm)
+      T=${T:-120} run gm_layers $PY bench/decode_gemm.py --mode layers \
+        --models "$(echo ${GM_MODELS:-0.5b 7b} | tr ' ' ,)" --rows 256
       for m in ${GM_MODELS:-0.5b 7b}; do
         T=${T:-300} run gm_$m $PY bench/decode_gemm.py --models $m --rows 256
       done ;;

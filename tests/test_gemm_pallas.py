@@ -224,7 +224,8 @@ def _bench(*args):
 
 def test_decode_gemm_bench_prints_both_paths_and_rejects_bad_flags():
   """bench/decode_gemm.py on the tiny shapes: an XLA line and a Pallas line (the default's)
-  per GEMM, each timed; unknown names exit 2 naming the flag."""
+  per GEMM, each timed; `--mode layers` one line per decode_matmul; unknown names exit 2
+  naming the flag."""
   import json
   r = _bench("--models", "tiny", "--gemms", "down,gate_up", "--rows", "24", "--grid", "default",
              "--iters", "1", "--repeats", "1", "--layers", "2")
@@ -234,6 +235,12 @@ def test_decode_gemm_bench_prints_both_paths_and_rejects_bad_flags():
   assert {(d["gemm"], d["impl"]) for d in timed} == {(g, i) for g in ("down", "gate_up")
                                                      for i in ("xla", "pallas")}
   assert all(d["us"] > 0 and "error" not in d for d in timed)
+  r = _bench("--mode", "layers", "--models", "tiny", "--rows", "16", "--iters", "1",
+             "--repeats", "1")
+  assert r.returncode == 0, r.stderr[-2000:]
+  lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+  assert [d["decode_matmul"] for d in lines] == ["xla", "pallas"]
+  assert all(d["us_per_layer"] > 0 for d in lines) and lines[1]["vs_xla"] > 0
   for flag, bad in (("--models", "13b"), ("--gemms", "lm_head"), ("--rows", "many")):
     r = _bench(flag, bad)
     assert r.returncode == 2 and flag in r.stderr, (flag, r.stderr[-500:])
