@@ -17,7 +17,7 @@ from ssp_jax import sampling as S
 from ssp_jax.sampling import gemm_pallas as GP
 
 from test_head_pallas import decode_loop_cuda_text
-from test_rollout_overhead import sampled_rollouts_equal
+from test_rollout_overhead import engine_refuses_bad_choices, sampled_rollouts_equal
 from test_rollout_loop import PROMPTS, _engine, model, tags  # noqa: F401 (fixtures)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -253,9 +253,4 @@ def test_pallas_gemms_give_the_same_rollouts(model, tags, layout, monkeypatch):
   padded) are the same tokens as with XLA's GEMMs, the log-probs within fp32 rounding. The
   engine names the field for an unknown name and a backend without Triton."""
   sampled_rollouts_equal(model, tags, layout, "decode_matmul")
-  with pytest.raises(ValueError, match="rollout.decode_matmul='cublas' unknown"):
-    _engine(model, None, decode_matmul="cublas")
-  with monkeypatch.context() as m:
-    m.setattr(jax, "default_backend", lambda: "tpu")
-    with pytest.raises(ValueError, match="rollout.decode_matmul='pallas' is a Triton kernel"):
-      _engine(model, None, decode_matmul="pallas")
+  engine_refuses_bad_choices(model, "decode_matmul", monkeypatch)

@@ -134,6 +134,17 @@ def sampled_rollouts_equal(model, tags, layout, field):
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
 
 
+def engine_refuses_bad_choices(model, field, monkeypatch):
+  """rollout.<field>: an unknown name, and "pallas" on a backend without Triton, are errors
+  naming the field."""
+  with pytest.raises(ValueError, match=f"rollout.{field}='fused' unknown"):
+    _engine(model, None, **{field: "fused"})
+  with monkeypatch.context() as m:
+    m.setattr(jax, "default_backend", lambda: "tpu")
+    with pytest.raises(ValueError, match=f"rollout.{field}='pallas' is a Triton kernel"):
+      _engine(model, None, **{field: "pallas"})
+
+
 @pytest.mark.parametrize("layout", ["dense", "paged"])
 def test_fused_head_gives_the_same_rollouts(model, tags, layout, monkeypatch):
   """rollout.decode_head="pallas" (the projection and the draw's block statistics in one
@@ -142,12 +153,7 @@ def test_fused_head_gives_the_same_rollouts(model, tags, layout, monkeypatch):
   the same tokens as the XLA head's, the log-probs within fp32 rounding."""
   cfg, params, tok = model
   sampled_rollouts_equal(model, tags, layout, "decode_head")
-  with pytest.raises(ValueError, match="rollout.decode_head='fused'"):
-    _engine(model, None, decode_head="fused")
-  with monkeypatch.context() as m:
-    m.setattr(jax, "default_backend", lambda: "tpu")
-    with pytest.raises(ValueError, match="rollout.decode_head='pallas' is a Triton kernel"):
-      _engine(model, None, decode_head="pallas")
+  engine_refuses_bad_choices(model, "decode_head", monkeypatch)
   eng = _engine(model, None, decode_head="pallas")
   with pytest.raises(ValueError, match="rollout.decode_head='pallas' draws without top-k"):
     eng.generate(params, PROMPTS[:1], jax.random.key(0), temperature=1.0, top_k=5,

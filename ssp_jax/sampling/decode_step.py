@@ -118,8 +118,7 @@ MATMULS = ("xla", "pallas")   # the decode step's layer GEMMs (`decode_forward(m
 
 def _pallas_gemm(matmul: str, M: int, K: int, N: int, swiglu: bool = False) -> bool:
   """Whether a layer GEMM of the decode step runs gemm_pallas.matmul: matmul "pallas" and a
-  shape it covers (`GP.eligible`); else XLA's dot (e.g. a tail batch of rows not a multiple of
-  16)."""
+  shape it covers (`GP.eligible`: K and N multiples of 16; any rows, padded); else XLA's dot."""
   return matmul == "pallas" and GP.eligible(M, K, N, swiglu)
 
 
@@ -230,7 +229,8 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
     RoPE, scale and pad kernels (fused q/k/v weights and no q/k norm; else "pallas").
   matmul: the layer GEMMs: "xla" (XLA's dot; cuBLAS on GPUs) or "pallas" (sampling/gemm_pallas.py:
     the norms, the bias, SiLU and the residual adds inside four kernels a layer; fused weights,
-    `decode_params(fuse=True)`, and rows a multiple of 16, else XLA's; unsharded only)."""
+    `decode_params(fuse=True)`, and widths that are multiples of 16, else XLA's; rows are padded
+    to a multiple of 16; unsharded only)."""
   if matmul not in MATMULS:
     raise ValueError(f"decode matmul {matmul!r} unknown; use one of {MATMULS}")
   if "table" in cache:

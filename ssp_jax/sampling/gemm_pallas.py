@@ -2,9 +2,10 @@
 
 At T = 1 a layer's four GEMMs have M = rows (256 at most in the engine) against weights of
 millions of entries: each is near the ridge of FLOPs against bytes (M flops per weight byte
-at bf16), and cuBLAS picks small output tiles (64 x 32 for Qwen2.5-0.5B's down projection, K =
-4,864, N = 896): 112 programs each running 76 serial K steps, 0.85 TB/s of weights on an H100
-(bench/RESULTS.md, the 2026-12-07 profile). This kernel tiles the output [block_m, block_n] and
+at bf16), and cuBLAS picks small output tiles. In the 0.5B single-turn profile on an H100
+(2026-12-07, docs/results/issue26_h100_2026-12-07_fifth/hd_trace.jsonl) the GEMM with 64 x 32
+tiles and a residual epilogue, by its shape the down projection (K = 4,864, N = 896, so 112
+programs each running 76 serial K steps), took 10.2 us a layer: 0.85 TB/s of weights. This kernel tiles the output [block_m, block_n] and
 also splits K into `splits` shares, so a short-and-wide GEMM still fills every SM:
 
   * grid (M / block_m, N / block_n, splits); a program accumulates its tile over its share of K
