@@ -2,7 +2,8 @@
 (ssp_jax/sampling/gemm_pallas.py) over its knobs. Prints one JSON line per (model, GEMM, rows,
 setting): microseconds a GEMM (median of `--repeats` timings of a jitted loop over `--layers`
 distinct weights, so the weights come from HBM as in a step, not from L2), the weight bytes and
-the rate they make; then per GEMM the best Pallas setting, the default's line and XLA's, marked.
+the rate they make, and `rel_err` against the float32 XLA form; then per GEMM the best Pallas
+setting, the default's line and XLA's, marked.
 
 GEMMs of one layer at T = 1 (`decode_step._fuse_layer`'s fused weights), each as the decode
 step runs it with rollout.decode_matmul "xla" (XLA's kernels around cuBLAS) or "pallas":
@@ -15,7 +16,8 @@ step runs it with rollout.decode_matmul "xla" (XLA's kernels around cuBLAS) or "
 `_attn_out_and_mlp`, fused weights, random, every layer of the model) with each
 rollout.decode_matmul, the attention left out (the q/k/v projection's first N H columns stand in
 for its output): microseconds a layer, all four GEMMs and whatever runs around them (norms,
-SiLU, the K shares' sums), with the kernel's default knobs.
+SiLU, the K shares' sums), with the kernel's default knobs; `rel_diff_vs_xla` compares one
+layer's output with XLA's on the same weights.
 
   python bench/decode_gemm.py                            # 0.5B and 7B at 256 rows, sweep
   python bench/decode_gemm.py --models 0.5b --gemms down --grid default
@@ -97,8 +99,10 @@ def layers_for(model: str, wbytes: int) -> int:
 
 
 def time_gemm(impl, M, K, N, swiglu, residual, norm, layers, iters, repeats, knobs, dtype):
-  """Median microseconds of one GEMM: a loop of `iters` passes over `layers` weights, each
-  GEMM's output feeding the next one's input (a column of it added), so none is hoisted."""
+  """(median microseconds of one GEMM, its error): a loop of `iters` passes over `layers`
+  weights, each GEMM's output feeding the next one's input (a column of it added), so none is
+  hoisted. The error is max |out - ref| / max |ref| on the first weight, ref the XLA form in
+  float32 (so a kernel that is fast and wrong shows it)."""
   keys = jax.random.split(jax.random.key(0), layers + 2)
   a = jax.random.normal(keys[0], (M, K), dtype)
   ws = [jax.random.normal(k, (K, N), dtype) / np.sqrt(K).astype(dtype) for k in keys[2:]]
@@ -107,7 +111,7 @@ def time_gemm(impl, M, K, N, swiglu, residual, norm, layers, iters, repeats, kno
   bias = jax.random.normal(keys[0], (N,), dtype) if norm and not swiglu else None
   interpret = jax.default_backend() == "cpu"
 
-  def gemm(a, w, x):
+  def gemm(a, w, x, impl=impl, bias=bias, g=g):
     if impl == "pallas":
       return GP.matmul(a, w, x, bias_N=bias, norm_K=g, knobs=knobs, swiglu=swiglu,
                        interpret=interpret)
@@ -136,7 +140,12 @@ def time_gemm(impl, M, K, N, swiglu, residual, norm, layers, iters, repeats, kno
     t = time.perf_counter()
     jax.block_until_ready(loop(a, ws, x))
     times.append(time.perf_counter() - t)
-  return statistics.median(times) / (iters * layers) * 1e6
+  f32 = lambda t: None if t is None else t.astype(jnp.float32)
+  out = jax.jit(gemm)(a, ws[0], x).astype(jnp.float32)
+  ref = jax.jit(lambda a, w, x: gemm(a, w, x, "xla", f32(bias), f32(g)))(
+      f32(a), f32(ws[0]), f32(x))
+  err = float(jnp.max(jnp.abs(out - ref)) / jnp.max(jnp.abs(ref)))
+  return statistics.median(times) / (iters * layers) * 1e6, err
 
 
 def model_config(model: str) -> models.ModelConfig:
@@ -147,8 +156,9 @@ def model_config(model: str) -> models.ModelConfig:
   return models.get_preset({"0.5b": "qwen2.5-0.5b", "7b": "qwen2.5-7b"}[model])
 
 
-def time_layers(matmul: str, cfg, M: int, iters: int, repeats: int, dtype) -> float:
-  """Median microseconds of one decode layer without its attention (see the docstring)."""
+def time_layers(matmul: str, cfg, M: int, iters: int, repeats: int, dtype):
+  """(median microseconds of one decode layer without its attention (see the docstring), the
+  first layer's output on the loop's input: the same weights for each matmul, to compare)."""
   D, N, K, H, F = (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                    cfg.intermediate_size)
   E = (N + 2 * K) * H
@@ -163,13 +173,16 @@ def time_layers(matmul: str, cfg, M: int, iters: int, repeats: int, dtype) -> fl
       lp.pop("b_qkv")
   x = jax.random.normal(next(keys), (M, 1, D), dtype)
 
+  def layer(x, lp):
+    qkv = DS._qkv_fused(cfg, lp, x, matmul)
+    attn = qkv[..., :N * H].reshape(M, 1, N, H)   # stands in for the attention's output
+    return DS._attn_out_and_mlp(cfg, lp, x, attn, None, matmul)
+
   @jax.jit
   def loop(x, layers):
     def body(i, x):
       for lp in layers:
-        qkv = DS._qkv_fused(cfg, lp, x, matmul)
-        attn = qkv[..., :N * H].reshape(M, 1, N, H)   # stands in for the attention's output
-        x = DS._attn_out_and_mlp(cfg, lp, x, attn, None, matmul)
+        x = layer(x, lp)
       return x
     return jax.lax.fori_loop(0, iters, body, x)
 
@@ -179,7 +192,8 @@ def time_layers(matmul: str, cfg, M: int, iters: int, repeats: int, dtype) -> fl
     t = time.perf_counter()
     jax.block_until_ready(loop(x, layers))
     times.append(time.perf_counter() - t)
-  return statistics.median(times) / (iters * cfg.num_layers) * 1e6
+  return (statistics.median(times) / (iters * cfg.num_layers) * 1e6,
+          jax.jit(layer)(x, layers[0]).astype(jnp.float32))
 
 
 def main_layers(models_: list, rows: list, args) -> int:
@@ -189,11 +203,11 @@ def main_layers(models_: list, rows: list, args) -> int:
     for M in rows:
       base = {"bench": "decode_gemm_layers", "model": model, "rows": M,
               "layers": cfg.num_layers, "device": jax.devices()[0].device_kind}
-      us = {}
+      us, outs = {}, {}
       for mm in DS.MATMULS:
         line = {**base, "decode_matmul": mm}
         try:
-          us[mm] = time_layers(mm, cfg, M, args.iters, args.repeats, dtype)
+          us[mm], outs[mm] = time_layers(mm, cfg, M, args.iters, args.repeats, dtype)
         except Exception as e:  # noqa: BLE001 - reported, the other path still runs
           line["error"] = f"{type(e).__name__}: {str(e)[:200]}"
           print(json.dumps(line), flush=True)
@@ -201,6 +215,10 @@ def main_layers(models_: list, rows: list, args) -> int:
         line["us_per_layer"] = round(us[mm], 2)
         if mm != "xla" and "xla" in us:
           line["vs_xla"] = round(us["xla"] / us[mm], 3)
+          # one layer's output against XLA's (both bf16): max |diff| / max |xla's|
+          ref = outs["xla"]
+          line["rel_diff_vs_xla"] = float(
+              f"{float(jnp.max(jnp.abs(outs[mm] - ref)) / jnp.max(jnp.abs(ref))):.2e}")
         print(json.dumps(line), flush=True)
   return 0
 
@@ -248,13 +266,13 @@ def main(argv=None) -> int:
                                                   swiglu or norm))
             line["default"] = True
           try:
-            us = time_gemm(impl, M, K, N, swiglu, residual, norm, layers, args.iters,
+            us, err = time_gemm(impl, M, K, N, swiglu, residual, norm, layers, args.iters,
                            args.repeats, knobs, dtype)
           except Exception as e:  # noqa: BLE001 - reported, the other settings still run
             line["error"] = f"{type(e).__name__}: {str(e)[:200]}"
             print(json.dumps(line), flush=True)
             continue
-          line.update(us=round(us, 2), weight_gb_s=round(wbytes / us / 1e3, 1),
+          line.update(us=round(us, 2), rel_err=float(f"{err:.2e}"), weight_gb_s=round(wbytes / us / 1e3, 1),
                       tflop_s=round(2 * M * K * N / us / 1e6, 1))
           print(json.dumps(line), flush=True)
           lines.append(line)

@@ -235,12 +235,15 @@ def test_decode_gemm_bench_prints_both_paths_and_rejects_bad_flags():
   assert {(d["gemm"], d["impl"]) for d in timed} == {(g, i) for g in ("down", "gate_up")
                                                      for i in ("xla", "pallas")}
   assert all(d["us"] > 0 and "error" not in d for d in timed)
+  # each line's error against the float32 XLA form: bf16 rounding, not a wrong kernel
+  assert all(0 <= d["rel_err"] < 0.03 for d in timed), [d["rel_err"] for d in timed]
   r = _bench("--mode", "layers", "--models", "tiny", "--rows", "16", "--iters", "1",
              "--repeats", "1")
   assert r.returncode == 0, r.stderr[-2000:]
   lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
   assert [d["decode_matmul"] for d in lines] == ["xla", "pallas"]
   assert all(d["us_per_layer"] > 0 for d in lines) and lines[1]["vs_xla"] > 0
+  assert 0 <= lines[1]["rel_diff_vs_xla"] < 0.05
   for flag, bad in (("--models", "13b"), ("--gemms", "lm_head"), ("--rows", "many")):
     r = _bench(flag, bad)
     assert r.returncode == 2 and flag in r.stderr, (flag, r.stderr[-500:])
