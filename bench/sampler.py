@@ -57,6 +57,7 @@ from models.config import ModelConfig
 from ssp_jax import sampling as S
 from ssp_jax.sampling import decode_step as DS
 from ssp_jax.sampling import dense_pallas as DP
+from ssp_jax.sampling import gemm_pallas as GP
 from ssp_jax.sampling import paged_pallas as PP
 
 ATTN = "einsum"   # --decode-attention (dense layout)
@@ -66,6 +67,7 @@ HEAD = "xla"   # --decode-head: the step's projection to the vocabulary and draw
 MATMUL = "xla"   # --decode-matmul: the step's layer GEMMs (rollout.decode_matmul)
 DENSE_KNOBS = "default"   # --dense-knobs: the dense decode kernel's Triton settings, this process
 PAGED_KNOBS = "default"   # --paged-knobs: the paged decode kernel's, this process
+MATMUL_KNOBS = "default"  # --matmul-knobs: the Pallas GEMMs' (a bench/decode_gemm.py sweep)
 TINY = ModelConfig(model_type="qwen2", vocab_size=1024, hidden_size=64, intermediate_size=128,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 
@@ -133,7 +135,8 @@ def single_turn(name, cfg, B, P, N, dtype, repeats, layout):
           "prng": jax.config.jax_default_prng_impl,
           "decode_attention": ATTN if layout == "dense" else PAGED_ATTN, "decode_unroll": UNROLL,
           "decode_head": HEAD, "decode_matmul": MATMUL, "dense_knobs": DENSE_KNOBS,
-          "paged_knobs": PAGED_KNOBS, "direct_out": DP.DIRECT_OUT}
+          "paged_knobs": PAGED_KNOBS, "matmul_knobs": MATMUL_KNOBS,
+          "direct_out": DP.DIRECT_OUT}
 
 
 class SyntheticTokenizer:
@@ -262,7 +265,8 @@ def multi_turn(name, cfg, B, P, max_new, dtype, n_prompts, max_obs, layout, kv_m
           "dtype": str(jnp.dtype(dtype)), "device": jax.devices()[0].device_kind,
           "kv_layout": layout, "decode_attention": eng.cfg.decode_attention,
           "decode_unroll": UNROLL, "decode_head": HEAD, "decode_matmul": MATMUL,
-          "dense_knobs": DENSE_KNOBS, "paged_knobs": PAGED_KNOBS, "direct_out": DP.DIRECT_OUT,
+          "dense_knobs": DENSE_KNOBS, "paged_knobs": PAGED_KNOBS, "matmul_knobs": MATMUL_KNOBS,
+          "direct_out": DP.DIRECT_OUT,
           "prefill_attention": eng.cfg.get("prefill_attention", "xla"), **res,
           **prefill_rates(cfg, res["engine_stats"]),
           "single_turn_decode_tok_s": single_tok_s,
@@ -464,6 +468,44 @@ def _knobs(p, flag: str, value: str) -> tuple[int, int, int] | None:
   return knobs
 
 
+def swept_knobs(p, path: str):
+  """gemm_pallas.default_knobs's stand-in from a bench/decode_gemm.py output: per weight shape
+  (K, N), the fastest Pallas line's knobs (lines with an error, or rel_err >= 0.03, skipped;
+  two GEMMs of one shape, e.g. q/k/v and gate/up of the tiny model, share the faster's);
+  at another row count its block_m is lowered to fit, and where it still does not fit, or the
+  shape was not swept, gemm_pallas.default_knobs decides. Exit 2 naming the flag when the file
+  cannot be read or holds no Pallas line."""
+  best = {}   # (K, N the kernel's output width) -> (us, Knobs)
+  try:
+    with open(path) as f:
+      for raw in f:
+        d = json.loads(raw) if raw.startswith("{") else {}
+        if (d.get("bench") != "decode_gemm" or d.get("impl") != "pallas" or "error" in d
+                or d.get("rel_err", 1.0) >= 0.03):
+          continue
+        key = (d["K"], d["N"] // 2 if d["gemm"] == "gate_up" else d["N"])
+        if key not in best or d["us"] < best[key][0]:
+          best[key] = (d["us"], GP.Knobs(*d["knobs"]))
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    p.error(f"--matmul-knobs {path!r}: not a bench/decode_gemm.py output ({e})")
+  if not best:
+    p.error(f"--matmul-knobs {path!r}: no Pallas line without an error (run "
+            f"bench/decode_gemm.py and pass its output)")
+  default = GP.default_knobs
+
+  def knobs(M, K, N, one_share=False):
+    if (K, N) in best:
+      kn = best[(K, N)][1]
+      kn = kn._replace(block_m=min(kn.block_m, GP._pow2_divisor(M)))
+      if not (one_share and kn.splits != 1):
+        try:
+          return GP.check(M, K, N, kn)
+        except ValueError:
+          pass
+    return default(M, K, N, one_share)
+  return knobs, {f"{k[0]}x{k[1]}": list(v[1]) for k, v in sorted(best.items())}
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--presets", default="qwen2.5-0.5b,qwen2.5-7b")
@@ -497,6 +539,10 @@ def main(argv=None) -> int:
   p.add_argument("--paged-knobs", default="default", metavar="W,S,B",
                  help="the paged decode kernel's num_warps, num_stages, max_block in this "
                       "process, in place of paged_pallas.default_knobs (as --dense-knobs)")
+  p.add_argument("--matmul-knobs", default="default", metavar="FILE",
+                 help="rollout.decode_matmul pallas: each GEMM's knobs from a "
+                      "bench/decode_gemm.py output (the fastest line per weight shape), in "
+                      "place of gemm_pallas.default_knobs in this process")
   p.add_argument("--direct-out", choices=("default", "on", "off"), default="default",
                  help="the Pallas decode kernels (dense and paged) write each KV head's real "
                       "query rows straight into [B, N, H] (on) or a padded tile that XLA slices "
@@ -538,7 +584,7 @@ def main(argv=None) -> int:
                       "--no-warmup halves the time and counts compilation in the timed run")
   a = p.parse_args(argv)
   global ATTN, PAGED_ATTN, WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE, COMPILE_AHEAD, PREFILL_ATTN
-  global UNROLL, HEAD, MATMUL, DENSE_KNOBS, PAGED_KNOBS
+  global UNROLL, HEAD, MATMUL, DENSE_KNOBS, PAGED_KNOBS, MATMUL_KNOBS
   WARMUP, PROFILE, TAIL_MIN_BATCH, FUSE = a.warmup, a.profile, a.tail_min_batch, a.fuse
   COMPILE_AHEAD, PREFILL_ATTN = a.compile_ahead, a.prefill_attention
   if a.prng:
@@ -558,6 +604,9 @@ def main(argv=None) -> int:
   if paged_knobs:
     PAGED_KNOBS = a.paged_knobs
     PP.default_knobs = lambda H: paged_knobs
+  if a.matmul_knobs != "default":
+    GP.default_knobs, table = swept_knobs(p, a.matmul_knobs)
+    MATMUL_KNOBS = table
   if a.direct_out != "default":
     DP.DIRECT_OUT = a.direct_out == "on"
   heads = a.decode_head.split(",")

@@ -121,6 +121,49 @@ def test_decode_matmul_flag_runs_both_gemm_paths_and_reaches_the_lines(monkeypat
   assert r.returncode == 2 and "--decode-matmul 'cublas'" in r.stderr
 
 
+def test_matmul_knobs_take_a_sweeps_fastest_settings(tmp_path, monkeypatch, capsys):
+  """--matmul-knobs FILE (a bench/decode_gemm.py output): the fastest Pallas line per weight
+  shape sets that GEMM's knobs in the loop (lines with an error or a large rel_err skipped;
+  block_m lowered at fewer rows; shapes not swept keep gemm_pallas.default_knobs); the line
+  carries the table; a file without a usable line exits 2 naming the flag."""
+  from ssp_jax.sampling import gemm_pallas as GP
+  default = GP.default_knobs
+  monkeypatch.setattr(GP, "default_knobs", default)   # restored after main replaces it
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
+  import sampler as bench_sampler
+  line = lambda gemm, K, N, knobs, us, **kw: json.dumps(
+      {"bench": "decode_gemm", "impl": "pallas", "gemm": gemm, "K": K, "N": N,
+       "knobs": knobs, "us": us, "rel_err": 0.004, **kw})
+  sweep = tmp_path / "gm.jsonl"
+  sweep.write_text("\n".join([   # the tiny model: qkv 64 x 128, o 64 x 64, down 128 x 64
+      line("qkv", 64, 128, [64, 16, 32, 1, 2, 3], 5.0),             # the fastest qkv: taken
+      line("qkv", 64, 128, [64, 32, 64, 1, 4, 4], 9.0),
+      line("qkv", 64, 128, [16, 64, 16, 1, 4, 4], 1.0, error="x"),   # failed: skipped
+      line("qkv", 64, 128, [32, 64, 16, 1, 4, 4], 1.0, rel_err=0.5), # wrong: skipped
+      line("down", 128, 64, [64, 16, 32, 2, 4, 4], 3.0),
+      json.dumps({"bench": "decode_gemm", "impl": "xla", "gemm": "o", "K": 64, "N": 64,
+                  "knobs": None, "us": 0.5})]) + "\n")
+  used = []
+  real_check = GP.check
+  monkeypatch.setattr(GP, "check", lambda M, K, N, kn, *a: used.append((K, N, tuple(kn)))
+                      or real_check(M, K, N, kn, *a))
+  assert bench_sampler.main(["--tiny", "--peer", "none", "--repeats", "1",
+                             "--decode-matmul", "pallas", "--matmul-knobs", str(sweep)]) == 0
+  out = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+  single = [l for l in out if l["bench"] == "sampler_single_turn"]
+  assert single and single[0]["matmul_knobs"] == {"64x128": [64, 16, 32, 1, 2, 3],
+                                                  "128x64": [64, 16, 32, 2, 4, 4]}
+  knobs = {(K, N): kn for K, N, kn in used}   # the tiny batch's 8 rows run as 16: block_m 16
+  assert knobs[(64, 128)] == (16, 16, 32, 1, 2, 3)
+  assert knobs[(128, 64)] == (16, 16, 32, 2, 4, 4)
+  assert knobs[(64, 64)] == tuple(default(16, 64, 64, False))   # o: not swept
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text(line("qkv", 64, 128, [64, 16, 32, 1, 2, 3], 5.0, error="x") + "\n")
+  for path in (bad, tmp_path / "missing.jsonl"):
+    r = _bench("--tiny", "--decode-matmul", "pallas", "--matmul-knobs", str(path))
+    assert r.returncode == 2 and "--matmul-knobs" in r.stderr, r.stderr[-500:]
+
+
 def test_peer_tunix_without_tunix_is_a_one_line_error():
   r = _bench("--tiny", "--peer", "tunix", "--no-single")
   try:
