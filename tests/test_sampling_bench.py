@@ -126,7 +126,9 @@ def test_matmul_knobs_take_a_sweeps_fastest_settings(tmp_path, monkeypatch, caps
   shape sets that GEMM's knobs in the loop (lines with an error or a large rel_err skipped;
   block_m lowered at fewer rows; shapes not swept keep gemm_pallas.default_knobs); the line
   carries the table; a file without a usable line exits 2 naming the flag."""
+  import jax
   from ssp_jax.sampling import gemm_pallas as GP
+  jax.clear_caches()   # GP.matmul traced by an earlier test would not call check again
   default = GP.default_knobs
   monkeypatch.setattr(GP, "default_knobs", default)   # restored after main replaces it
   monkeypatch.syspath_prepend(os.path.join(ROOT, "bench"))
