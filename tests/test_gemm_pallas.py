@@ -111,15 +111,15 @@ MODEL_GEMMS = [(896, 1152, True), (896, 896, False), (896, 4864, True), (4864, 8
 @pytest.mark.parametrize("M", [256, 48, 16])
 def test_default_knobs_fit_the_models_gemms(M):
   """default_knobs fit every decode GEMM of the 0.5B and 7B models (check passes; one share
-  where a norm or swiglu needs whole rows); at 256 rows of 0.5B the q/k/v and o GEMMs take
-  32-column tiles (144 and 112 programs, not 72 and 56; o's K of 896 is not split: a split
-  would add a sum kernel) and the down projection (K 4,864) four K shares."""
+  where a norm or swiglu needs whole rows); at 256 rows of 0.5B the q/k/v GEMM takes
+  32-column tiles (144 programs, not 72), o (K 896) 64-column tiles in two K shares (112
+  programs: the H100 sweep's best) and the down projection (K 4,864) four K shares."""
   for K, N, one in MODEL_GEMMS:
     kn = GP.default_knobs(M, K, N, one)
     assert GP.check(M, K, N, kn, one) == kn._replace(block_m=min(kn.block_m, M))
     assert (kn.splits == 1) or not one
   assert GP.default_knobs(256, 896, 1152, True).block_n == 32
-  assert GP.default_knobs(256, 896, 896)[1:4] == (32, 64, 1)
+  assert GP.default_knobs(256, 896, 896)[1:4] == (64, 64, 2)
   assert GP.default_knobs(256, 4864, 896).splits == 4
   assert not GP.eligible(16, 72, 128) and not GP.eligible(16, 64, 72, swiglu=True)
   assert GP.eligible(3, 64, 128, swiglu=True)
@@ -224,7 +224,8 @@ def _bench(*args):
 
 def test_decode_gemm_bench_prints_both_paths_and_rejects_bad_flags():
   """bench/decode_gemm.py on the tiny shapes: an XLA line and a Pallas line (the default's)
-  per GEMM, each timed; `--mode layers` one line per decode_matmul; unknown names exit 2
+  per GEMM, each timed; `--mode layers` one line per decode_matmul (each within bf16 rounding
+  of XLA's layer); unknown names exit 2
   naming the flag."""
   import json
   r = _bench("--models", "tiny", "--gemms", "down,gate_up", "--rows", "24", "--grid", "default",
@@ -241,9 +242,9 @@ def test_decode_gemm_bench_prints_both_paths_and_rejects_bad_flags():
              "--repeats", "1")
   assert r.returncode == 0, r.stderr[-2000:]
   lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
-  assert [d["decode_matmul"] for d in lines] == ["xla", "pallas"]
-  assert all(d["us_per_layer"] > 0 for d in lines) and lines[1]["vs_xla"] > 0
-  assert 0 <= lines[1]["rel_diff_vs_xla"] < 0.05
+  assert [d["decode_matmul"] for d in lines] == ["xla", "pallas", "pallas_residual"]
+  assert all(d["us_per_layer"] > 0 for d in lines)
+  assert all(d["vs_xla"] > 0 and 0 <= d["rel_diff_vs_xla"] < 0.05 for d in lines[1:])
   for flag, bad in (("--models", "13b"), ("--gemms", "lm_head"), ("--rows", "many")):
     r = _bench(flag, bad)
     assert r.returncode == 2 and flag in r.stderr, (flag, r.stderr[-500:])
@@ -257,3 +258,21 @@ def test_pallas_gemms_give_the_same_rollouts(model, tags, layout, monkeypatch):
   engine names the field for an unknown name and a backend without Triton."""
   sampled_rollouts_equal(model, tags, layout, "decode_matmul")
   engine_refuses_bad_choices(model, "decode_matmul", monkeypatch)
+
+
+def test_pallas_residual_runs_only_o_and_down_and_gives_the_same_rollouts(model, tags,
+                                                                          monkeypatch):
+  """rollout.decode_matmul="pallas_residual": the decode step's kernels are the two GEMMs with
+  a residual add (o and down: no norm, no swiglu, a residual), q/k/v and gate/up stay XLA's;
+  sampled multi-turn rollouts (dense layout, tail batches padded to 16 rows) are the same
+  tokens as with XLA's GEMMs; the engine refuses it on a backend without Triton."""
+  calls = []
+  real = GP.matmul
+  monkeypatch.setattr(GP, "matmul", lambda a, b, r=None, **k: calls.append(
+      (k.get("norm_K") is not None, k.get("swiglu", False), r is not None)) or real(a, b, r, **k))
+  sampled_rollouts_equal(model, tags, "dense", "decode_matmul", impl="pallas_residual")
+  assert calls and set(calls) == {(False, False, True)}
+  with monkeypatch.context() as m:
+    m.setattr(jax, "default_backend", lambda: "tpu")
+    with pytest.raises(ValueError, match="rollout.decode_matmul='pallas_residual' is a Triton"):
+      _engine(model, None, decode_matmul="pallas_residual")

@@ -115,21 +115,21 @@ def test_unrolled_decode_loop_gives_the_same_rollouts(model, tags, layout):
     _engine(model, None, decode_unroll=0)
 
 
-def sampled_rollouts_equal(model, tags, layout, field):
+def sampled_rollouts_equal(model, tags, layout, field, impl="pallas"):
   """Sampled multi-turn rollouts (searches, early exits, the tail shrinking to batches that
-  are not multiples of 16) with rollout.<field> "xla" and "pallas": the same tokens and stop
+  are not multiples of 16) with rollout.<field> "xla" and `impl`: the same tokens and stop
   reasons, the log-probs within fp32 rounding."""
   cfg, params, tok = model
   open_, close = tags
   out = {}
-  for impl in ("xla", "pallas"):
+  for name in ("xla", impl):
     eng = _engine(model, SmallBM25Retriever(), search_open=open_, search_close=close,
                   max_searches=3, kv_layout=layout, steps_per_call=7, tail_min_batch=2,
-                  **{field: impl})
-    out[impl], _ = eng.generate(params, PROMPTS, jax.random.key(3), temperature=1.0,
+                  **{field: name})
+    out[name], _ = eng.generate(params, PROMPTS, jax.random.key(3), temperature=1.0,
                                 max_new_tokens=60, stop=[close])
   assert sum(t.num_searches for t in out["xla"]) >= 1
-  for a, b in zip(out["xla"], out["pallas"]):
+  for a, b in zip(out["xla"], out[impl]):
     assert a.response_ids == b.response_ids and a.stop_reason == b.stop_reason
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
 

@@ -32,7 +32,8 @@ def get_rollout_config() -> ml_collections.ConfigDict:
   c.decode_matmul = "xla"       # the decode step's layer GEMMs: xla (XLA's dot; cuBLAS on GPUs)
                                 # | pallas (sampling/gemm_pallas.py: Triton, K split over
                                 # programs, the norms, bias, SiLU and residual adds inside;
-                                # unsharded; untimed in the loop so far: docs/rollout.md)
+                                # unsharded; 1.66x slower a step on one H100) | pallas_residual
+                                # (only o and down as kernels; untimed in the loop; docs/rollout.md)
   c.refill_fraction = 0.125     # a call returns once this fraction of its rows has finished
   c.tail_min_batch = 16         # no prompt queued and at most half the slots in use: the batch
                                 # halves (rows move to the first slots) down to this; 0 = never

@@ -131,13 +131,13 @@ class RolloutEngine:
     matmul = str(self.cfg.get("decode_matmul", "xla"))
     if matmul not in MATMULS:
       raise ValueError(f"rollout.decode_matmul={matmul!r} unknown; use one of {MATMULS}")
-    if matmul == "pallas" and not self._unsplit("act_batch", "q_heads", "kv_heads", "mlp",
-                                                "embed"):
-      raise ValueError("rollout.decode_matmul='pallas' runs unpartitioned kernels: the mesh "
-                       "splits the rows, heads, MLP or hidden size; use "
-                       "rollout.decode_matmul='xla'")
-    if matmul == "pallas" and jax.default_backend() not in ("gpu", "cpu"):
-      raise ValueError(f"rollout.decode_matmul='pallas' is a Triton kernel (GPUs; interpret "
+    if matmul != "xla" and not self._unsplit("act_batch", "q_heads", "kv_heads", "mlp",
+                                             "embed"):
+      raise ValueError(f"rollout.decode_matmul={matmul!r} runs unpartitioned kernels: the mesh "
+                       f"splits the rows, heads, MLP or hidden size; use "
+                       f"rollout.decode_matmul='xla'")
+    if matmul != "xla" and jax.default_backend() not in ("gpu", "cpu"):
+      raise ValueError(f"rollout.decode_matmul={matmul!r} is a Triton kernel (GPUs; interpret "
                        f"mode on a CPU), not for {jax.default_backend()!r}; use "
                        f"rollout.decode_matmul='xla'")
     if int(self.cfg.tail_min_batch) < 0:

@@ -113,13 +113,21 @@ def _fuse_layer(cfg: ModelConfig, lp: dict) -> dict:
   return lp
 
 
-MATMULS = ("xla", "pallas")   # the decode step's layer GEMMs (`decode_forward(matmul=...)`)
+# The decode step's layer GEMMs (`decode_forward(matmul=...)`): "pallas" all four as
+# gemm_pallas kernels; "pallas_residual" only the two with a residual add (o and down, K split),
+# q/k/v and gate/up (with their norms) stay XLA's: on one H100 (2026-12-08, bench/decode_gemm.py,
+# 0.5B at 256 rows) the kernel beat cuBLAS on o and down (6.7 / 16.2 against 8.0 / 21.5 us) and
+# lost on the norm-fused two (16.7 / 46.5 against 9.5 / 23.5 us).
+MATMULS = ("xla", "pallas", "pallas_residual")
 
 
-def _pallas_gemm(matmul: str, M: int, K: int, N: int, swiglu: bool = False) -> bool:
-  """Whether a layer GEMM of the decode step runs gemm_pallas.matmul: matmul "pallas" and a
-  shape it covers (`GP.eligible`: K and N multiples of 16; any rows, padded); else XLA's dot."""
-  return matmul == "pallas" and GP.eligible(M, K, N, swiglu)
+def _pallas_gemm(matmul: str, M: int, K: int, N: int, swiglu: bool = False,
+                 residual: bool = False) -> bool:
+  """Whether a layer GEMM of the decode step runs gemm_pallas.matmul: matmul "pallas" (or
+  "pallas_residual" for a GEMM with a residual add) and a shape the kernel covers
+  (`GP.eligible`: K and N multiples of 16; any rows, padded); else XLA's dot."""
+  wanted = matmul == "pallas" or (matmul == "pallas_residual" and residual)
+  return wanted and GP.eligible(M, K, N, swiglu)
 
 
 def _interpret() -> bool:
@@ -174,8 +182,8 @@ def _qkv_raw(cfg, lp, x_B1D, matmul: str = "xla"):
 
 def _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder, matmul: str = "xla"):
   """D._attn_out_and_mlp, or with one gate/up GEMM over the fused weight of `_fuse_layer`;
-  matmul "pallas": the four kernels of gemm_pallas.matmul (o + residual, norm + gate/up +
-  SiLU, down + residual) where the shapes fit."""
+  matmul "pallas": the kernels of gemm_pallas.matmul (o + residual, norm + gate/up + SiLU,
+  down + residual) where the shapes fit; "pallas_residual": o and down only."""
   if "w_gate_up" not in lp:
     return D._attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder)
   B, _, N, H = attn_B1NH.shape
@@ -183,14 +191,14 @@ def _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder, matmul: str = "xla"):
   F2 = lp["w_gate_up"].shape[1]
   if x_B1D.shape[1] != 1:   # the paged prefill's chunks of T tokens: XLA's dots
     matmul = "xla"
-  if _pallas_gemm(matmul, B, N * H, D_):
+  if _pallas_gemm(matmul, B, N * H, D_, residual=True):
     x_BD = GP.matmul(attn_B1NH.reshape(B, N * H), lp["wo"].reshape(N * H, D_), x_B1D[:, 0],
                      interpret=_interpret())
     x_B1D = x_BD[:, None]
   else:
     x_B1D = x_B1D + jnp.einsum("BTNH,NHD->BTD", attn_B1NH, lp["wo"].astype(attn_B1NH.dtype))
   if (_pallas_gemm(matmul, B, D_, F2, swiglu=True)
-      and _pallas_gemm(matmul, B, F2 // 2, D_)):
+      and _pallas_gemm(matmul, B, F2 // 2, D_, residual=True)):
     act_BF = GP.matmul(x_B1D[:, 0], lp["w_gate_up"], norm_K=lp["mlp_norm"],
                        norm_eps=cfg.rms_norm_eps, swiglu=True, interpret=_interpret())
     return GP.matmul(act_BF, lp["w_down"], x_B1D[:, 0], interpret=_interpret())[:, None]
@@ -198,6 +206,8 @@ def _attn_out_and_mlp(cfg, lp, x_B1D, attn_B1NH, sharder, matmul: str = "xla"):
   gu_B1F2 = jnp.einsum("BTD,DF->BTF", h_B1D, lp["w_gate_up"].astype(h_B1D.dtype))
   F = gu_B1F2.shape[-1] // 2
   act_B1F = jax.nn.silu(gu_B1F2[..., :F]) * gu_B1F2[..., F:]
+  if _pallas_gemm(matmul, B, F, D_, residual=True):   # "pallas_residual": down + x in a kernel
+    return GP.matmul(act_B1F[:, 0], lp["w_down"], x_B1D[:, 0], interpret=_interpret())[:, None]
   return x_B1D + jnp.einsum("BTF,FD->BTD", act_B1F, lp["w_down"].astype(act_B1F.dtype))
 
 
@@ -230,7 +240,8 @@ def decode_forward(cfg: ModelConfig, dparams: dict, tok_B: jax.Array, pos_B: jax
   matmul: the layer GEMMs: "xla" (XLA's dot; cuBLAS on GPUs) or "pallas" (sampling/gemm_pallas.py:
     the norms, the bias, SiLU and the residual adds inside four kernels a layer; fused weights,
     `decode_params(fuse=True)`, and widths that are multiples of 16, else XLA's; rows are padded
-    to a multiple of 16; unsharded only)."""
+    to a multiple of 16; unsharded only) or "pallas_residual" (only o and down, with their
+    residual adds, as kernels)."""
   if matmul not in MATMULS:
     raise ValueError(f"decode matmul {matmul!r} unknown; use one of {MATMULS}")
   if "table" in cache:

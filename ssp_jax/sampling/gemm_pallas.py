@@ -82,14 +82,17 @@ def _pow2_divisor(x: int, cap: int = 64) -> int:
 def default_knobs(M: int, K: int, N: int, one_share: bool = False) -> Knobs:
   """Tiles of up to 64 rows and 64 columns, K steps up to 64 deep (the largest powers of two
   dividing M, N and K), 4 warps, 4 stages. Where fewer than 132 programs (an H100's or H200's
-  SMs) would run: with one share (swiglu, a norm) or a short K (< 2,048: a split would add a
-  sum kernel to save few steps), 32-column tiles; else K is split in two, four or eight while
-  fewer than 264 programs (two per SM) would run and the shares stay at least 256 deep. A
-  starting point, untimed in the decode loop: bench/decode_gemm.py sweeps the knobs."""
+  SMs) would run: with one share (swiglu, a norm), 32-column tiles; else K is split in two,
+  four or eight while fewer than 264 programs (two per SM) would run and the shares stay at
+  least 256 deep. On one H100 (2026-12-08, bench/decode_gemm.py, Qwen2.5-0.5B at 256 rows) the
+  o projection (K = 896) took 6.7 us split in two against 9.2-9.4 unsplit with 32-column tiles
+  (the rule before); the down projection's default (four shares) 17.1-19.0 against the sweep's
+  best 16.2; q/k/v and gate/up (one share, a norm) 1.7-2x slower than XLA's norm and cuBLAS
+  whatever the knobs (rollout.decode_matmul "pallas_residual" leaves them to XLA)."""
   kn = Knobs(block_m=_pow2_divisor(M), block_n=_pow2_divisor(N), block_k=_pow2_divisor(K),
              splits=1, num_warps=4, num_stages=4)
   programs = (M // kn.block_m) * (N // kn.block_n)
-  if one_share or K < 2048:
+  if one_share:
     if programs < 132 and kn.block_n == 64:
       kn = kn._replace(block_n=32)
     return kn

@@ -274,7 +274,8 @@ def decode(cfg: ModelConfig, st: DecodeState, dparams, tables: StopTables, eos_E
   head: "xla" (the [B, V] fp32 logits, then `sample_next`) or "pallas" (sampling/head_pallas.py:
     the output projection and the draw's block statistics fused, the logits never stored;
     `head_pallas.eligible` must hold: no top-k / top-p, no gumbel, a width of a multiple of 16).
-  matmul: the layers' GEMMs, "xla" or "pallas" (sampling/gemm_pallas.py; `decode_forward`).
+  matmul: the layers' GEMMs, "xla", "pallas" or "pallas_residual" (sampling/gemm_pallas.py;
+    `decode_forward`).
   """
   B = st.tok_B.shape[0]
   c = _Carry(st, jnp.int32(0), ~active_B, jnp.zeros((B,), jnp.int32),
