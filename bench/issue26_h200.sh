@@ -81,8 +81,9 @@
 #       (sampling/gemm_pallas.py) over its tiles, K shares and warps; 0.5B then 7B, 256 rows
 #       (GM_MODELS, default "0.5b 7b")
 #   gml the Pallas GEMMs in the loop (rollout.decode_matmul, --decode-matmul): 0.5B single turn
-#       (dense, pallas_rope) xla / pallas in both orders, each order its own process, then m's
-#       paged multi-turn run and 7B single turn with each
+#       (dense, pallas_rope) xla / GML_MM (default pallas_residual: "pallas" was 1.66x slower on
+#       an H100, 2026-12-08) in both orders, each order its own process, then m's paged
+#       multi-turn run and 7B single turn with each
 # Environment: PYTHON (python3), EXTRA_PYTHONPATH (wheels, e.g. /tmp/site), PROF (profile
 # directory, default /tmp/issue26_prof: traces are many files, so not under OUT), T (seconds a
 # run may take, default 240).
@@ -362,17 +363,18 @@ for s in $STAGES; do
         T=${T:-300} run gm_$m $PY bench/decode_gemm.py --models $m --rows 256
       done ;;
     gml)
-      for mm in xla,pallas pallas,xla; do
+      P=${GML_MM:-pallas_residual}
+      for mm in xla,$P $P,xla; do
         T=${T:-150} run "gml_single_${mm//,/_}" $B --presets qwen2.5-0.5b --kv-layout dense \
           --repeats 3 --decode-attention pallas_rope --decode-matmul $mm
       done
-      for mm in xla pallas; do
+      for mm in xla $P; do
         T=${T:-240} run gml_mpaged_$mm $B --presets qwen2.5-0.5b --kv-layout paged --no-single \
           --multiturn --mt-prompts-per-slot 1 --mt-max-new 1024 --mt-max-obs 512 --repeats 1 \
           --paged-attention pallas_rope --decode-matmul $mm
       done
       T=${T:-240} run gml_7b $B --presets qwen2.5-7b --kv-layout dense --repeats 1 \
-        --decode-attention pallas_rope --decode-matmul xla,pallas ;;
+        --decode-attention pallas_rope --decode-matmul xla,$P ;;
     *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done
