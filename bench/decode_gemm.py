@@ -21,7 +21,7 @@ layer's output with XLA's on the same weights.
 
   python bench/decode_gemm.py                            # 0.5B and 7B at 256 rows, sweep
   python bench/decode_gemm.py --models 0.5b --gemms down --grid default
-  python bench/decode_gemm.py --mode layers              # the layers, xla against pallas
+  python bench/decode_gemm.py --mode layers              # the layers, each decode_matmul
 """
 from __future__ import annotations
 
@@ -267,12 +267,13 @@ def main(argv=None) -> int:
             line["default"] = True
           try:
             us, err = time_gemm(impl, M, K, N, swiglu, residual, norm, layers, args.iters,
-                           args.repeats, knobs, dtype)
+                                args.repeats, knobs, dtype)
           except Exception as e:  # noqa: BLE001 - reported, the other settings still run
             line["error"] = f"{type(e).__name__}: {str(e)[:200]}"
             print(json.dumps(line), flush=True)
             continue
-          line.update(us=round(us, 2), rel_err=float(f"{err:.2e}"), weight_gb_s=round(wbytes / us / 1e3, 1),
+          line.update(us=round(us, 2), rel_err=float(f"{err:.2e}"),
+                      weight_gb_s=round(wbytes / us / 1e3, 1),
                       tflop_s=round(2 * M * K * N / us / 1e6, 1))
           print(json.dumps(line), flush=True)
           lines.append(line)

@@ -225,8 +225,7 @@ def _bench(*args):
 def test_decode_gemm_bench_prints_both_paths_and_rejects_bad_flags():
   """bench/decode_gemm.py on the tiny shapes: an XLA line and a Pallas line (the default's)
   per GEMM, each timed; `--mode layers` one line per decode_matmul (each within bf16 rounding
-  of XLA's layer); unknown names exit 2
-  naming the flag."""
+  of XLA's layer); unknown names exit 2 naming the flag."""
   import json
   r = _bench("--models", "tiny", "--gemms", "down,gate_up", "--rows", "24", "--grid", "default",
              "--iters", "1", "--repeats", "1", "--layers", "2")

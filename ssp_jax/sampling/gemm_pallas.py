@@ -5,8 +5,9 @@ millions of entries: each is near the ridge of FLOPs against bytes (M flops per 
 at bf16), and cuBLAS picks small output tiles. In the 0.5B single-turn profile on an H100
 (2026-12-07, docs/results/issue26_h100_2026-12-07_fifth/hd_trace.jsonl) the GEMM with 64 x 32
 tiles and a residual epilogue, by its shape the down projection (K = 4,864, N = 896, so 112
-programs each running 76 serial K steps), took 10.2 us a layer: 0.85 TB/s of weights. This kernel tiles the output [block_m, block_n] and
-also splits K into `splits` shares, so a short-and-wide GEMM still fills every SM:
+programs each running 76 serial K steps), took 10.2 us a layer: 0.85 TB/s of weights. This
+kernel tiles the output [block_m, block_n] and also splits K into `splits` shares, so a
+short-and-wide GEMM still fills every SM:
 
   * grid (M / block_m, N / block_n, splits); a program accumulates its tile over its share of K
     in `block_k` steps, fp32, and writes it. With one share the output is in a's dtype (plus an
@@ -21,7 +22,7 @@ also splits K into `splits` shares, so a short-and-wide GEMM still fills every S
     activations never reach HBM either (one share only). `bias_N` (q/k/v) in the epilogue.
 With norms, swiglu and residuals inside, a layer runs five kernels (q/k/v, attention, o, gate/up,
 down) plus one small XLA sum for each GEMM whose K is split (the 0.5B defaults at 256 rows split
-the down projection's: six), where the XLA path runs eight (two norm fusions and the SiLU multiply
+the o and down projections': seven), where the XLA path runs eight (two norm fusions and the SiLU multiply
 besides; cuBLAS may add split-K reductions of its own).
 Blocks are powers of two >= 16 that divide M, N and K / splits (`check`); rows that are not a
 multiple of 16 are padded (a copy of a); knobs that do not fit raise, naming the knob. On a CPU
